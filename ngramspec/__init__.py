@@ -1,0 +1,16 @@
+"""ngramspec: SGLang's NGRAM speculative drafter as a Python library, bit for bit.
+
+>>> import ngramspec as ns
+>>> cache = ns.NgramCache(draft_token_num=4, capacity=1000)
+>>> cache.insert([[5, 1, 2, 3, 7], [1, 2, 3, 8]])
+>>> cache.match([[1, 2]]).tokens
+array([[2, 3, 8, 7]], dtype=int32)
+"""
+
+from .cache import NgramCache
+from .config import NgramConfig
+from .drafts import DraftBatch
+from .verify import VerifyResult, verify_greedy
+
+__all__ = ["NgramCache", "NgramConfig", "DraftBatch", "VerifyResult", "verify_greedy"]
+__version__ = "0.1.0"

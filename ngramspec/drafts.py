@@ -1,0 +1,123 @@
+"""``DraftBatch``: the draft trees of one ``match`` call, in SGLang's layout and derived forms."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["DraftBatch"]
+
+
+class DraftBatch:
+    """Draft token trees for a batch of requests, one row per request, in batch order.
+
+    Slot 0 of every row is the root (the last context token, already emitted); slots
+    ``1 .. num_drafts[b]`` hold the drafted nodes in level order (every parent before its
+    children, siblings in SGLang's layout order); the remaining slots are SGLang's padding:
+    token 0 children of the root.  All (B, n) arrays ``.ravel()`` into SGLang's flat layout.
+
+    Attributes
+    ----------
+    tokens : np.ndarray
+        (B, n) int32 draft tokens.
+    mask : np.ndarray
+        (B, n, n) bool; ``mask[b, i, j]`` is True iff slot ``j`` is slot ``i`` or one of its
+        ancestors (rows are queries, columns keys).
+    num_drafts : np.ndarray
+        (B,) int32: slots holding real drafts, root and padding excluded.
+
+    Examples
+    --------
+    >>> import ngramspec as ns
+    >>> cache = ns.NgramCache(max_trie_depth=4, min_bfs_breadth=1, max_bfs_breadth=3,
+    ...                       draft_token_num=5, capacity=100)
+    >>> cache.insert([[1, 2, 3, 1, 2, 4]])
+    >>> d = cache.match([[3, 1, 2]])
+    >>> d.tokens
+    array([[2, 3, 4, 1, 2]], dtype=int32)
+    >>> d.parents
+    array([[-1,  0,  0,  1,  3]], dtype=int32)
+    >>> d.positions([10])
+    array([[10, 11, 11, 12, 13]])
+    """
+
+    def __init__(self, tokens: np.ndarray, mask: np.ndarray, num_drafts: np.ndarray) -> None:
+        self.tokens = tokens
+        self.mask = mask
+        self.num_drafts = num_drafts
+        for a in (tokens, mask, num_drafts):
+            a.setflags(write=False)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def draft_token_num(self) -> int:
+        """Slots per request, root included (``n``)."""
+        return int(self.tokens.shape[1])
+
+    def __len__(self) -> int:
+        return self.batch_size
+
+    def __repr__(self) -> str:
+        return (f"DraftBatch(batch_size={self.batch_size}, draft_token_num="
+                f"{self.draft_token_num}, num_drafts={self.num_drafts.tolist()})")
+
+    @cached_property
+    def depth(self) -> np.ndarray:
+        """(B, n) int32: ancestors of each slot, root excluded from none (root depth 0)."""
+        n = self.draft_token_num
+        strict = self.mask & ~np.eye(n, dtype=bool)
+        return strict.sum(axis=2).astype(np.int32)
+
+    @cached_property
+    def parents(self) -> np.ndarray:
+        """(B, n) int32: parent slot of each slot, -1 for the root."""
+        n = self.draft_token_num
+        strict = self.mask & np.tri(n, n, -1, dtype=bool)  # j < i
+        # The parent is the nearest ancestor: the largest j < i with mask[i, j].
+        last = n - 1 - np.argmax(strict[:, :, ::-1], axis=2)
+        return np.where(strict.any(axis=2), last, -1).astype(np.int32)
+
+    def positions(self, seq_lens) -> np.ndarray:
+        """(B, n) int64 position ids: ``seq_lens[b] + depth`` (``seq_lens`` = tokens in the KV
+        cache, so the root sits at ``seq_lens[b]``)."""
+        seq = np.asarray(seq_lens)
+        if seq.shape != (self.batch_size,) or not np.issubdtype(seq.dtype, np.integer):
+            raise ValueError(f"seq_lens must be {self.batch_size} integers, one per request, "
+                             f"got shape {seq.shape} dtype {seq.dtype}")
+        return seq.astype(np.int64)[:, None] + self.depth
+
+    @cached_property
+    def retrieve_index(self) -> np.ndarray:
+        """(B, n) int32 global rows ``b * n + i`` (SGLang's ``retrive_index``)."""
+        b, n = self.tokens.shape
+        return np.arange(b * n, dtype=np.int32).reshape(b, n)
+
+    @cached_property
+    def retrieve_next_token(self) -> np.ndarray:
+        """(B, n) int32: first child slot of each slot (the smallest i > slot that has it as an
+        ancestor), -1 for none."""
+        b, n = self.tokens.shape
+        out = np.full((b, n), -1, dtype=np.int32)
+        par = self.parents
+        # Children come after parents in level order; fill from the back so the first wins.
+        for i in range(n - 1, 0, -1):
+            rows = np.arange(b)
+            out[rows, par[:, i]] = i
+        return out
+
+    @cached_property
+    def retrieve_next_sibling(self) -> np.ndarray:
+        """(B, n) int32: the next slot with the same parent, -1 for none (and for the root)."""
+        b, n = self.tokens.shape
+        out = np.full((b, n), -1, dtype=np.int32)
+        par = self.parents
+        following = np.full((b, n + 1), -1, dtype=np.int64)  # by parent slot; n = no parent
+        rows = np.arange(b)
+        for i in range(n - 1, 0, -1):
+            out[:, i] = following[rows, par[:, i]]
+            following[rows, par[:, i]] = i
+        return out

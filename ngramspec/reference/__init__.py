@@ -1,0 +1,13 @@
+"""Pure-Python reference model of SGLang's NGRAM drafter, written for obviousness.
+
+Every fast path in ngramspec is tested against this package, and this package against
+SGLang's golden outputs.
+"""
+
+from .backend import ReferenceBackend
+from .match import MatchState, match_anchors
+from .tree import build_bfs, build_prob, fill_result
+from .trie import Node, Trie
+
+__all__ = ["ReferenceBackend", "MatchState", "match_anchors", "build_bfs", "build_prob",
+           "fill_result", "Node", "Trie"]

@@ -1,0 +1,109 @@
+"""Draft-tree builders (BFS by recency, PROB by frequency) and SGLang's output layout.
+
+A draft tree is a list of nodes; node 0 is the root (the last context token) and each node maps
+a child token to its tree index in a libstdc++-ordered map, because that order is the order in
+which ``fill_result`` lays siblings out.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Sequence
+
+import numpy as np
+
+from ..stdorder import StdPriorityQueue, UnorderedMapOrder
+from .trie import Node
+
+__all__ = ["build_bfs", "build_prob", "fill_result", "bfs_start_breadth"]
+
+Tree = list[UnorderedMapOrder]
+
+
+def bfs_start_breadth(d: int, max_depth: int, min_breadth: int, max_breadth: int) -> float:
+    """Breadth (a double) at which BFS starts below an anchor of depth ``d``; and its step."""
+    mmd = max(1, max_depth - 1)
+    scale = float(max_breadth - min_breadth) / mmd
+    return (mmd - d) * scale + min_breadth
+
+
+def _bfs_scale(max_depth: int, min_breadth: int, max_breadth: int) -> float:
+    return float(max_breadth - min_breadth) / max(1, max_depth - 1)
+
+
+def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int, max_depth: int,
+              min_breadth: int, max_breadth: int) -> tuple[Tree, int]:
+    """Expand every anchor breadth-first by recency into one shared tree of ``budget`` nodes.
+
+    Returns the tree and the number of drafted nodes.
+    """
+    scale = _bfs_scale(max_depth, min_breadth, max_breadth)
+    tree: Tree = [UnorderedMapOrder() for _ in range(budget + 1)]
+    cursor = 1
+    for anchor, d in anchors:
+        queue = deque([(0, bfs_start_breadth(d, max_depth, min_breadth, max_breadth), anchor)])
+        while queue and cursor <= budget:
+            parent, breadth_f, node = queue.popleft()
+            breadth = max(1, int(breadth_f))  # C++ double -> int truncates toward zero
+            for i, child in enumerate(node.lru):
+                if i >= breadth or cursor > budget:
+                    break
+                pos = tree[parent].get(child.token)
+                if pos is None:
+                    pos = cursor
+                    tree[parent][child.token] = cursor
+                    cursor += 1
+                # The next level steps down from the double, not from the truncated value.
+                queue.append((pos, breadth_f - scale, child))
+    return tree, cursor - 1
+
+
+def build_prob(anchors: Sequence[tuple[Node, int]], budget: int, top_k: int) -> tuple[Tree, int]:
+    """Expand anchors best-first by path probability (products of top-k frequency shares)."""
+    tree: Tree = [UnorderedMapOrder() for _ in range(budget + 1)]
+    heap: StdPriorityQueue[tuple[int, Node]] = StdPriorityQueue()
+
+    def add(parent: int, node: Node, prob: float) -> None:
+        kids = node.by_frequency()[:top_k]
+        total = float(sum(k.freq for k in kids)) or 1.0
+        for k in kids:
+            heap.push(float(k.freq) / total * prob, (parent, k))
+
+    cursor = 1
+    for anchor, _ in anchors:
+        add(0, anchor, 1.0)
+        while heap and cursor <= budget:
+            prob, (parent, node) = heap.pop()
+            pos = tree[parent].get(node.token)
+            if pos is None:
+                pos = cursor
+                cursor += 1
+                tree[parent][node.token] = pos
+            add(pos, node, prob)
+    return tree, cursor - 1
+
+
+def fill_result(last_token: int, n: int, tree: Tree) -> tuple[np.ndarray, np.ndarray]:
+    """Lay the tree out in level order and build its ancestor mask, as SGLang's ``fillResult``.
+
+    Returns ``tokens`` (n,) int32 and ``mask`` (n, n) bool; unused slots are token 0 children
+    of the root.
+    """
+    tokens = [last_token]
+    parents = [-1]
+    queue = deque((t, idx, 0) for t, idx in tree[0].items())
+    while queue:
+        t, idx, p = queue.popleft()
+        tokens.append(t)
+        parents.append(p)
+        slot = len(tokens) - 1
+        queue.extend((t2, i2, slot) for t2, i2 in tree[idx].items())
+    while len(tokens) < n:
+        tokens.append(0)
+        parents.append(0)
+    mask = np.zeros((n, n), dtype=bool)
+    for i in range(n):
+        if parents[i] != -1:
+            mask[i, :parents[i] + 1] = mask[parents[i], :parents[i] + 1]
+        mask[i, i] = True
+    return np.asarray(tokens, dtype=np.int32), mask

@@ -1,0 +1,86 @@
+"""Greedy tree verification, as SGLang's ``VerifyTreeGreedy`` (spec section 5.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .drafts import DraftBatch
+
+__all__ = ["VerifyResult", "verify_greedy"]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of greedy verification of a :class:`DraftBatch`.
+
+    Attributes
+    ----------
+    accept_index : np.ndarray
+        (B, n) int32: accepted slots in order, starting with the root slot 0, padded with -1
+        (SGLang's global index is ``b * n + slot``).
+    accept_lens : np.ndarray
+        (B,) int32: accepted drafts + 1 bonus token (SGLang's accept length).
+    emitted : list of np.ndarray
+        Per request, int32: the accepted draft tokens followed by the bonus token.
+    """
+
+    accept_index: np.ndarray
+    accept_lens: np.ndarray
+    emitted: list[np.ndarray]
+
+
+def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
+    """Accept the longest draft path that the target's argmax follows, plus its bonus token.
+
+    ``target_predict[b, i]`` is the target's argmax after slot ``i`` (its prediction for the
+    token that follows the path root..i).  From the root, the children of the current slot are
+    scanned in slot order and the first whose token equals the current slot's prediction is
+    accepted; the bonus is the prediction at the last accepted slot.  Padding slots are token 0
+    children of the root and are accepted like real drafts (SGLang's quirk, spec section 5.3).
+
+    Examples
+    --------
+    >>> import numpy as np, ngramspec as ns
+    >>> d = ns.DraftBatch(np.array([[2, 4, 3, 7]], dtype=np.int32),
+    ...                   np.array([[[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]]],
+    ...                            dtype=bool), np.array([3], dtype=np.int32))
+    >>> r = ns.verify_greedy(d, [[3, 99, 7, 11]])
+    >>> r.accept_index.tolist(), r.accept_lens.tolist(), [e.tolist() for e in r.emitted]
+    ([[0, 2, 3, -1]], [3], [[3, 7, 11]])
+    """
+    if not isinstance(drafts, DraftBatch):
+        raise TypeError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
+    pred = np.asarray(target_predict)
+    b, n = drafts.tokens.shape
+    if pred.shape != (b, n):
+        raise ValueError(f"target_predict must have shape (batch, draft_token_num) = ({b}, {n}), "
+                         f"got {pred.shape}")
+    if pred.size and not np.issubdtype(pred.dtype, np.integer):
+        raise TypeError(f"target_predict must hold integer token ids, got dtype {pred.dtype}")
+    tokens = drafts.tokens
+    next_token = drafts.retrieve_next_token
+    next_sibling = drafts.retrieve_next_sibling
+    accept_index = np.full((b, n), -1, dtype=np.int32)
+    accept_lens = np.zeros(b, dtype=np.int32)
+    emitted = []
+    for r in range(b):
+        accept_index[r, 0] = 0
+        last, k, out = 0, 0, []
+        for _ in range(1, n):
+            cur = next_token[r, last]
+            while cur != -1:
+                if tokens[r, cur] == pred[r, last]:
+                    k += 1
+                    accept_index[r, k] = cur
+                    out.append(int(tokens[r, cur]))
+                    last = cur
+                    break
+                cur = next_sibling[r, cur]
+            if cur == -1:
+                break
+        out.append(int(pred[r, last]))
+        accept_lens[r] = k + 1
+        emitted.append(np.asarray(out, dtype=np.int32))
+    return VerifyResult(accept_index, accept_lens, emitted)
