@@ -1,0 +1,121 @@
+"""Input handling of NgramCache: accepted forms, clear errors, and no change on a rejected call."""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+import ngramspec as ns
+
+
+@pytest.fixture
+def cache():
+    c = ns.NgramCache(max_trie_depth=6, draft_token_num=6, capacity=1000)
+    c.insert([[1, 2, 3, 4, 5], [1, 2, 3, 9]])
+    return c
+
+
+def snapshot(c):
+    d = c.match([[1, 2, 3], [2, 3], [9]])
+    return len(c), d.tokens.copy(), d.mask.copy()
+
+
+def assert_unchanged(c, before):
+    after = snapshot(c)
+    assert after[0] == before[0]
+    assert_array_equal(after[1], before[1])
+    assert_array_equal(after[2], before[2])
+
+
+def test_accepted_batch_forms_agree(cache):
+    lists = cache.match([[1, 2, 3], [2, 3]])
+    arr2d = cache.match(np.array([[1, 2, 3], [9, 2, 3]], dtype=np.int64))
+    arrays = cache.match([np.array([1, 2, 3], dtype=np.int16), (2, 3)])
+    assert_array_equal(lists.tokens, arrays.tokens)
+    assert_array_equal(lists.tokens[0], arr2d.tokens[0])
+    # Non-contiguous and read-only arrays are fine.
+    base = np.array([[1, 0, 2, 0, 3]], dtype=np.int32)[:, ::2]
+    base.setflags(write=False)
+    assert_array_equal(cache.match(base).tokens, lists.tokens[:1])
+
+
+def test_empty_sequence_insert_is_noop(cache):
+    before = snapshot(cache)
+    cache.insert([[]])
+    cache.insert([])
+    assert_unchanged(cache, before)
+
+
+def test_outputs_types(cache):
+    d = cache.match([[1, 2, 3]])
+    assert d.tokens.dtype == np.int32 and d.tokens.shape == (1, 6)
+    assert d.mask.dtype == np.bool_ and d.mask.shape == (1, 6, 6)
+    assert d.num_drafts.dtype == np.int32
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda c: c.insert([[1.5, 2]]), TypeError, r"sequences\[0\] must hold integer"),
+    (lambda c: c.insert([np.array([1.0, 2.0])]), TypeError, "dtype float64"),
+    (lambda c: c.insert([["a", "b"]]), TypeError, "integer token ids"),
+    (lambda c: c.insert("abc"), TypeError, "list of 1-D"),
+    (lambda c: c.insert(None), TypeError, "list of 1-D"),
+    (lambda c: c.insert([1, 2, 3]), TypeError, "flat sequence"),
+    (lambda c: c.insert([[[1, 2]]]), TypeError, "integer token ids"),
+    (lambda c: c.insert(np.zeros((2, 2, 2), dtype=int)), ValueError, "2-D"),
+    (lambda c: c.insert([[1, 2**31]]), ValueError, "outside int32"),
+    (lambda c: c.insert([[1, 2], [True, 3]]), TypeError, "bool"),
+    (lambda c: c.match([]), ValueError, "empty batch"),
+    (lambda c: c.match([[1], []]), ValueError, r"contexts\[1\] is empty"),
+    (lambda c: c.match([[1, -2**31 - 1]]), ValueError, "outside int32"),
+    (lambda c: c.match([[1, 2]], request_ids=["a"]), ValueError, "total_lens is required"),
+    (lambda c: c.match([[1, 2]], request_ids=["a", "b"], total_lens=[2, 2]), ValueError,
+     "2 ids for 1 contexts"),
+    (lambda c: c.match([[1, 2]], request_ids=["a"], total_lens=[2, 3]), ValueError,
+     "2 values for 1 contexts"),
+    (lambda c: c.match([[1, 2]], request_ids=["a"], total_lens=[1]), ValueError,
+     "shorter than"),
+    (lambda c: c.match([[1], [2]], request_ids=["a", "a"], total_lens=[5, 5]), ValueError,
+     "duplicates"),
+    (lambda c: c.match([[1]], request_ids=[1.5], total_lens=[5]), TypeError, "str or an int"),
+    (lambda c: c.match([[1]], request_ids="a", total_lens=[5]), TypeError, "sequence"),
+    (lambda c: c.match([[1]], request_ids=["a"], total_lens=[2.5]), TypeError, "integer"),
+    (lambda c: c.erase("abc"), TypeError, "sequence"),
+])
+def test_bad_input_is_rejected_and_cache_unchanged(cache, call, exc, match):
+    cache.match([[1, 2, 3]], request_ids=["a"], total_lens=[10])
+    before = snapshot(cache)
+    state_before = cache.match([[1, 2, 3]], request_ids=["a"], total_lens=[10]).tokens.copy()
+    with pytest.raises(exc, match=match):
+        call(cache)
+    assert_unchanged(cache, before)
+    assert_array_equal(cache.match([[1, 2, 3]], request_ids=["a"], total_lens=[10]).tokens,
+                       state_before)
+
+
+def test_negative_ids_and_int_request_ids(cache):
+    cache.insert([[-5, -7, 3, -7, -9]])
+    d = cache.match([[-5, -7]], request_ids=[7], total_lens=[2])
+    assert d.tokens[0, 0] == -7 and -9 in d.tokens[0] and 3 in d.tokens[0]
+    cache.erase([7, "unknown"])  # unknown ids are a no-op
+
+
+def test_reset_clears_trie_and_states(cache):
+    cache.match([[1, 2]], request_ids=["r"], total_lens=[2])
+    cache.reset()
+    assert len(cache) == 1
+    assert_array_equal(cache.match([[1, 2]], request_ids=["r"], total_lens=[3]).tokens,
+                       [[2, 0, 0, 0, 0, 0]])
+
+
+def test_batch_equals_single_requests(cache):
+    ctxs = [[1, 2, 3], [2, 3], [9], [4, 5]]
+    whole = cache.match(ctxs)
+    for b, ctx in enumerate(ctxs):
+        one = cache.match([ctx])
+        assert_array_equal(whole.tokens[b], one.tokens[0])
+        assert_array_equal(whole.mask[b], one.mask[0])
+
+
+def test_backend_choice():
+    assert ns.NgramCache(capacity=100).backend == "reference"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ns.NgramCache(capacity=100, backend="gpu")
