@@ -4,7 +4,7 @@
 >>> cache = ns.NgramCache(draft_token_num=4, capacity=1000)
 >>> cache.insert([[5, 1, 2, 3, 7], [1, 2, 3, 8]])
 >>> cache.match([[1, 2]]).tokens
-array([[2, 3, 8, 7]], dtype=int32)
+array([[2, 3, 7, 8]], dtype=int32)
 """
 
 from .cache import NgramCache

@@ -1,0 +1,17 @@
+"""The docstring examples of the public modules run and print what they show."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["ngramspec", "ngramspec.config", "ngramspec.stdorder", "ngramspec.cache",
+           "ngramspec.drafts", "ngramspec.verify"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name),
+                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
+    assert result.attempted > 0
