@@ -12,7 +12,7 @@ from .drafts import DraftBatch
 
 __all__ = ["NgramCache", "BACKENDS"]
 
-BACKENDS = ("reference",)
+BACKENDS = ("numba", "reference")
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -116,6 +116,9 @@ class NgramCache:
         self._backend = self._make_backend()
 
     def _make_backend(self):
+        if self._backend_name == "numba":
+            from .engine import EngineBackend  # imports numba: only when a cache needs it
+            return EngineBackend(self._config)
         from .reference import ReferenceBackend
         return ReferenceBackend(self._config)
 

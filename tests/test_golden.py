@@ -6,7 +6,7 @@ import pytest
 from golden import replay
 
 
-@pytest.mark.parametrize("backend", ["reference"])
+@pytest.mark.parametrize("backend", ["reference", "numba"])
 def test_golden_parity_all_matches(golden_0523, backend):
     total, failures = 0, []
     for i, scenario in enumerate(golden_0523["scenarios"]):

@@ -7,7 +7,7 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 
-BACKENDS = ["reference"]
+BACKENDS = ["reference", "numba"]
 
 
 def make(backend, **kw):

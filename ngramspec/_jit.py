@@ -1,0 +1,22 @@
+"""The one place where Numba options live.
+
+Kernels are decorated lazily with :func:`jit`; importing :mod:`ngramspec` imports no Numba.
+With ``NUMBA_DISABLE_JIT=1`` Numba returns the plain Python functions, which the tests use.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["jit", "OPTIONS"]
+
+# Serial kernels: cached on disk, and free of the GIL so that caches in other threads run.
+OPTIONS = dict(cache=os.environ.get("NGRAMSPEC_NUMBA_CACHE", "1") != "0", nogil=True,
+               boundscheck=False, fastmath=False)
+
+
+def jit(fn):
+    """Compile ``fn`` with the project's Numba options; ``fn.py_func`` stays the plain one."""
+    import numba
+
+    return numba.njit(**OPTIONS)(fn)

@@ -1,0 +1,167 @@
+"""The Numba backend: one kernel call per batch over flat arrays."""
+
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+import numpy as np
+
+from .._jit import jit
+from ..config import NgramConfig
+from ..stdorder import HASHTABLE_BUCKET_COUNTS
+from .match import match_anchors
+from .tree import build_bfs, build_prob, fill_result
+from .trie import M_SIZE, TrieArrays, insert_kernel
+
+__all__ = ["EngineBackend"]
+
+_BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
+
+
+@jit
+def _match_batch(flat, offsets, state_rows, total_lens, stateless, max_depth, min_b, max_b,
+                 budget, prob_mode, tok, freq, ver, c_head, c_next, nchild, ht_key, ht_val, meta,
+                 st_epoch, st_ptl, st_n, st_node, st_ver, bucket_counts, out_tokens, out_mask,
+                 out_num):
+    n = budget + 1
+    scratch = np.empty(max_depth, np.int32)
+    a_nodes = np.empty(max_depth, np.int32)
+    a_depths = np.empty(max_depth, np.int32)
+    t_tok = np.empty(n, np.int32)
+    t_head = np.empty(n, np.int32)
+    t_next = np.empty(n, np.int32)
+    t_cnt = np.empty(n, np.int32)
+    t_bc = np.empty(n, np.int64)
+    order = np.empty(n, np.int32)
+    q_par = np.empty(n + 1, np.int32)
+    q_breadth = np.empty(n + 1, np.float64)
+    q_node = np.empty(n + 1, np.int32)
+    slot_parent = np.empty(n, np.int32)
+    heap_cap = max_b * max_depth * (n + 1) + 1
+    h_p = np.empty(heap_cap, np.float64)
+    h_par = np.empty(heap_cap, np.int32)
+    h_node = np.empty(heap_cap, np.int32)
+    k_node = np.empty(max_b, np.int32)
+    for b in range(offsets.size - 1):
+        ctx = flat[offsets[b]:offsets[b + 1]]
+        row = state_rows[b]
+        total = total_lens[b]
+        if stateless:
+            st_epoch[row] = 0
+            st_ptl[row] = 0
+            st_n[row] = 0
+            total = ctx.size
+        count = match_anchors(ctx, total, row, max_depth, ver, nchild, ht_key, ht_val, meta,
+                              st_epoch, st_ptl, st_n, st_node, st_ver, scratch, a_nodes,
+                              a_depths)
+        if prob_mode:
+            used = build_prob(a_nodes, count, budget, max_b, tok, freq, c_head, c_next, t_tok,
+                              t_head, t_next, t_cnt, t_bc, bucket_counts, order, k_node, h_p,
+                              h_par, h_node)
+        else:
+            used = build_bfs(a_nodes, a_depths, count, budget, max_depth, min_b, max_b, tok,
+                             c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts,
+                             order, q_par, q_breadth, q_node)
+        fill_result(ctx[ctx.size - 1], n, t_tok, t_head, t_next, order, slot_parent,
+                    out_tokens[b], out_mask[b])
+        out_num[b] = used
+
+
+def _pack(sequences: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+    np.cumsum([s.size for s in sequences], out=offsets[1:])
+    flat = np.concatenate(sequences) if sequences else np.zeros(0, np.int32)
+    return flat.astype(np.int32, copy=False), offsets
+
+
+class EngineBackend:
+    """SGLang 0.5.23's ``Ngram`` object on flat arrays; inputs arrive validated."""
+
+    def __init__(self, config: NgramConfig) -> None:
+        self.config = config
+        self.trie = TrieArrays(config.capacity)
+        self._path = np.zeros(config.max_trie_depth, np.int32)
+        self._rows: dict[Hashable, int] = {}
+        self._alloc_states(16)
+        self._free_rows = list(range(15, 0, -1))  # row 0 is scratch for stateless matching
+
+    def _alloc_states(self, rows: int) -> None:
+        d = self.config.max_trie_depth
+        old = getattr(self, "st_epoch", None)
+        new = (np.zeros(rows, np.int64), np.zeros(rows, np.int64), np.zeros(rows, np.int32),
+               np.full((rows, d), -1, np.int32), np.zeros((rows, d), np.int64))
+        if old is not None:
+            k = old.size
+            for a, b in zip(new, (self.st_epoch, self.st_ptl, self.st_n, self.st_node,
+                                  self.st_ver)):
+                a[:k] = b
+        self.st_epoch, self.st_ptl, self.st_n, self.st_node, self.st_ver = new
+
+    def _row(self, key: Hashable) -> int:
+        row = self._rows.get(key)
+        if row is None:
+            if not self._free_rows:
+                used = self.st_epoch.size
+                self._alloc_states(2 * used)
+                self._free_rows = list(range(2 * used - 1, used - 1, -1))
+            row = self._free_rows.pop()
+            self.st_epoch[row] = 0  # a new state always rebuilds
+            self.st_ptl[row] = 0
+            self.st_n[row] = 0
+            self._rows[key] = row
+        return row
+
+    def insert(self, sequences: Sequence[np.ndarray], starts_from: int = 0) -> None:
+        seqs = [s for s in sequences if s.size]
+        if not seqs:
+            return
+        d = self.config.max_trie_depth
+        bound = 0
+        for s in seqs:
+            n = s.size
+            full = max(0, n - d + 1)  # suffixes of full length d
+            bound += full * d + (n - full) * (n - full + 1) // 2 if n >= d else n * (n + 1) // 2
+        self.trie.ensure(bound)
+        flat, offsets = _pack(seqs)
+        t = self.trie
+        insert_kernel(flat, offsets, starts_from, d, self.config.capacity, t.tok, t.par, t.freq,
+                      t.ver, t.c_head, t.c_next, t.c_prev, t.nchild, t.g_next, t.g_prev, t.free,
+                      t.ht_key, t.ht_val, t.meta, self._path)
+
+    def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
+              total_lens: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cfg = self.config
+        n = cfg.draft_token_num
+        b = len(contexts)
+        if keys is None:
+            rows = np.zeros(b, np.int64)
+            lens = np.zeros(b, np.int64)
+        else:
+            rows = np.asarray([self._row(k) for k in keys], dtype=np.int64)
+            lens = np.asarray(total_lens, dtype=np.int64)
+        flat, offsets = _pack(list(contexts))
+        tokens = np.empty((b, n), np.int32)
+        mask = np.empty((b, n, n), np.bool_)
+        num = np.empty(b, np.int32)
+        t = self.trie
+        _match_batch(flat, offsets, rows, lens, keys is None, cfg.max_trie_depth,
+                     cfg.min_bfs_breadth, cfg.max_bfs_breadth, cfg.budget,
+                     cfg.match_type == "PROB", t.tok, t.freq, t.ver, t.c_head, t.c_next,
+                     t.nchild, t.ht_key, t.ht_val, t.meta, self.st_epoch, self.st_ptl,
+                     self.st_n, self.st_node, self.st_ver, _BUCKET_COUNTS, tokens, mask, num)
+        return tokens, mask, num
+
+    def erase(self, keys: Sequence[Hashable]) -> None:
+        for key in keys:
+            row = self._rows.pop(key, None)
+            if row is not None:
+                self._free_rows.append(row)
+
+    def reset(self) -> None:
+        self.trie.reset()
+        self._rows.clear()
+        self._free_rows = list(range(self.st_epoch.size - 1, 0, -1))
+
+    @property
+    def node_count(self) -> int:
+        return int(self.trie.meta[M_SIZE])

@@ -1,0 +1,270 @@
+"""Draft-tree kernels: BFS and PROB builders, libstdc++ orders, SGLang's output layout.
+
+Tree node ``i`` (0 = root) keeps its children as a singly linked list in the iteration order of
+a libstdc++ ``unordered_map`` (see :mod:`ngramspec.stdorder` for the readable model): ``head``,
+``nxt``, the element count and the current bucket count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import jit
+
+__all__ = ["build_bfs", "build_prob", "fill_result"]
+
+
+@jit
+def _bucket(token, bucket_count):
+    # (size_t)(int64)token % bucket_count, in signed arithmetic: 2**64 = (2**32)**2.
+    k = np.int64(token)
+    if k >= 0:
+        return k % bucket_count
+    r = np.int64(4294967296) % bucket_count
+    r = (r * r) % bucket_count
+    return (r + k % bucket_count) % bucket_count
+
+
+@jit
+def _place(par, idx, bucket_count, t_tok, t_head, t_next):
+    b = _bucket(t_tok[idx], bucket_count)
+    prev = -1
+    cur = t_head[par]
+    while cur != -1:
+        if _bucket(t_tok[cur], bucket_count) == b:
+            break
+        prev = cur
+        cur = t_next[cur]
+    if cur == -1:  # empty bucket: the front of the whole list
+        t_next[idx] = t_head[par]
+        t_head[par] = idx
+    else:  # in front of the first element of the bucket's run
+        t_next[idx] = cur
+        if prev == -1:
+            t_head[par] = idx
+        else:
+            t_next[prev] = idx
+
+
+@jit
+def _map_insert(par, idx, token, t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order):
+    t_tok[idx] = token
+    t_next[idx] = -1
+    t_head[idx] = -1
+    t_cnt[idx] = 0
+    t_bc[idx] = 1
+    bc = t_bc[par]
+    threshold = 0 if bc == 1 else bc
+    if t_cnt[par] + 1 > threshold:
+        new_bc = bc
+        for c in bucket_counts:
+            if c > bc:
+                new_bc = c
+                break
+        n = 0
+        cur = t_head[par]
+        while cur != -1:
+            order[n] = cur
+            n += 1
+            cur = t_next[cur]
+        t_head[par] = -1
+        for k in range(n):
+            _place(par, order[k], new_bc, t_tok, t_head, t_next)
+        t_bc[par] = new_bc
+        bc = new_bc
+    _place(par, idx, bc, t_tok, t_head, t_next)
+    t_cnt[par] += 1
+
+
+@jit
+def _map_get(par, token, t_tok, t_head, t_next):
+    cur = t_head[par]
+    while cur != -1:
+        if t_tok[cur] == token:
+            return cur
+        cur = t_next[cur]
+    return -1
+
+
+@jit
+def _tree_reset(t_head, t_cnt, t_bc):
+    t_head[0] = -1
+    t_cnt[0] = 0
+    t_bc[0] = 1
+
+
+@jit
+def build_bfs(anchor_nodes, anchor_depths, n_anchors, budget, max_depth, min_b, max_b, tok,
+              c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order,
+              q_par, q_breadth, q_node):
+    """Recency BFS below every anchor into one tree; returns the drafted node count."""
+    _tree_reset(t_head, t_cnt, t_bc)
+    mmd = max(1, max_depth - 1)
+    scale = float(max_b - min_b) / mmd
+    cursor = 1
+    qcap = q_par.size
+    for a in range(n_anchors):
+        head = 0
+        tail = 1
+        q_par[0] = 0
+        q_breadth[0] = (mmd - anchor_depths[a]) * scale + min_b
+        q_node[0] = anchor_nodes[a]
+        while head < tail and cursor <= budget:
+            par = q_par[head]
+            cb = q_breadth[head]
+            node = q_node[head]
+            head += 1
+            breadth = max(1, int(cb))
+            i = 0
+            ch = c_head[node]
+            while ch != -1:
+                if i >= breadth or cursor > budget:
+                    break
+                pos = _map_get(par, tok[ch], t_tok, t_head, t_next)
+                if pos == -1:
+                    pos = cursor
+                    _map_insert(par, pos, tok[ch], t_tok, t_head, t_next, t_cnt, t_bc,
+                                bucket_counts, order)
+                    cursor += 1
+                if tail < qcap:
+                    q_par[tail] = pos
+                    q_breadth[tail] = cb - scale
+                    q_node[tail] = ch
+                    tail += 1
+                i += 1
+                ch = c_next[ch]
+    return cursor - 1
+
+
+@jit
+def _heap_sift_up(h_p, h_par, h_node, hole, p, par, node):
+    while hole > 0 and h_p[(hole - 1) // 2] < p:
+        up = (hole - 1) // 2
+        h_p[hole] = h_p[up]
+        h_par[hole] = h_par[up]
+        h_node[hole] = h_node[up]
+        hole = up
+    h_p[hole] = p
+    h_par[hole] = par
+    h_node[hole] = node
+
+
+@jit
+def _heap_pop(h_p, h_par, h_node, size):
+    """libstdc++ pop_heap on [0, size); the popped top ends at index size - 1."""
+    last = size - 1
+    vp, vpar, vnode = h_p[last], h_par[last], h_node[last]
+    h_p[last], h_par[last], h_node[last] = h_p[0], h_par[0], h_node[0]
+    length = last
+    hole = 0
+    child = 0
+    while child < (length - 1) // 2:
+        child = 2 * (child + 1)
+        if h_p[child] < h_p[child - 1]:
+            child -= 1
+        h_p[hole], h_par[hole], h_node[hole] = h_p[child], h_par[child], h_node[child]
+        hole = child
+    if length % 2 == 0 and child == (length - 2) // 2:
+        child = 2 * (child + 1)
+        h_p[hole], h_par[hole], h_node[hole] = h_p[child - 1], h_par[child - 1], h_node[child - 1]
+        hole = child - 1
+    _heap_sift_up(h_p, h_par, h_node, hole, vp, vpar, vnode)
+
+
+@jit
+def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_par, h_node,
+              size):
+    # The top_k children by (frequency descending, token ascending), picked one by one: a
+    # strict order among siblings, so "the best after the previous pick" is well defined.
+    take = 0
+    prev = -1
+    for j in range(top_k):
+        best = -1
+        ch = c_head[node]
+        while ch != -1:
+            f = freq[ch]
+            t = tok[ch]
+            after = prev == -1 or f < freq[prev] or (f == freq[prev] and t > tok[prev])
+            if after and (best == -1 or f > freq[best] or (f == freq[best] and t < tok[best])):
+                best = ch
+            ch = c_next[ch]
+        if best == -1:
+            break
+        k_node[j] = best
+        take += 1
+        prev = best
+    total = 0.0
+    for j in range(take):
+        total += float(freq[k_node[j]])
+    if total == 0.0:
+        total = 1.0
+    for j in range(take):
+        if size < h_p.size:
+            p = float(freq[k_node[j]]) / total * prob
+            _heap_sift_up(h_p, h_par, h_node, size, p, par, k_node[j])
+            size += 1
+    return size
+
+
+@jit
+def build_prob(anchor_nodes, n_anchors, budget, top_k, tok, freq, c_head, c_next, t_tok,
+               t_head, t_next, t_cnt, t_bc, bucket_counts, order, k_node, h_p, h_par, h_node):
+    """Best-first expansion by path probability; returns the drafted node count."""
+    _tree_reset(t_head, t_cnt, t_bc)
+    size = 0
+    cursor = 1
+    for a in range(n_anchors):
+        size = _prob_add(0, anchor_nodes[a], 1.0, top_k, tok, freq, c_head, c_next, k_node,
+                         h_p, h_par, h_node, size)
+        while size > 0 and cursor <= budget:
+            _heap_pop(h_p, h_par, h_node, size)
+            size -= 1
+            p, par, node = h_p[size], h_par[size], h_node[size]
+            pos = _map_get(par, tok[node], t_tok, t_head, t_next)
+            if pos == -1:
+                pos = cursor
+                cursor += 1
+                _map_insert(par, pos, tok[node], t_tok, t_head, t_next, t_cnt, t_bc,
+                            bucket_counts, order)
+            size = _prob_add(pos, node, p, top_k, tok, freq, c_head, c_next, k_node, h_p,
+                             h_par, h_node, size)
+    return cursor - 1
+
+
+@jit
+def fill_result(last_token, n, t_tok, t_head, t_next, q_idx, slot_parent, out_tokens, out_mask):
+    """Level-order layout and ancestor mask into one request's output row."""
+    out_tokens[0] = last_token
+    slot_parent[0] = -1
+    count = 1
+    # The queue holds tree indices; their slots are assigned as they are dequeued.
+    head = 0
+    tail = 0
+    cur = t_head[0]
+    while cur != -1:
+        q_idx[tail] = cur
+        slot_parent[tail + 1] = 0
+        tail += 1
+        cur = t_next[cur]
+    while head < tail:
+        idx = q_idx[head]
+        head += 1
+        slot = count
+        out_tokens[slot] = t_tok[idx]
+        count += 1
+        ch = t_head[idx]
+        while ch != -1:
+            q_idx[tail] = ch
+            slot_parent[tail + 1] = slot
+            tail += 1
+            ch = t_next[ch]
+    for i in range(count, n):
+        out_tokens[i] = 0
+        slot_parent[i] = 0
+    out_mask[:, :] = False
+    for i in range(n):
+        p = slot_parent[i]
+        if p != -1:
+            for j in range(p + 1):
+                out_mask[i, j] = out_mask[p, j]
+        out_mask[i, i] = True
