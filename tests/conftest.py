@@ -1,3 +1,4 @@
+import os
 import gzip
 import json
 from pathlib import Path
@@ -11,7 +12,7 @@ settings.register_profile("default", deadline=None, max_examples=60,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", deadline=None, max_examples=120,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("default")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def load_golden(name: str) -> dict:

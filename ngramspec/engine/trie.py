@@ -105,8 +105,10 @@ def _key(parent, token):
 
 @jit
 def _slot(key, mask):
-    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    return np.int64((h >> np.uint64(29)) & np.uint64(mask))
+    # Multiplicative mixing that stays below 2**63, so plain Python (JIT off) never overflows.
+    x = (key >> np.int64(32)) * np.int64(0x9E3779B1) + (key & np.int64(0xFFFFFFFF))
+    x = x ^ (x >> np.int64(17))
+    return x & mask
 
 
 @jit
