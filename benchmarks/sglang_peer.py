@@ -1,0 +1,228 @@
+"""SGLang's own C++ n-gram core, built from the PyPI wheel, driven through ctypes.
+
+The ``sglang==0.5.23`` wheel ships the C++ sources of its NGRAM drafter
+(``sglang/kernels/jit/csrc/ngram_corpus/``); they need only the C++20 standard library.  This
+module downloads the wheel with pip (nothing of it is stored in this repository), compiles
+those sources with ``g++ -std=c++20 -O3`` (SGLang's own flags) together with a small C shim of
+ours, and wraps the result as :class:`SglangPeer`, with the same insert/match/erase/reset
+calls as ``NgramCache``.  Used by the benchmarks and the differential tests.
+
+Build products are cached in ``$NGRAMSPEC_PEER_DIR`` (default: ``~/.cache/ngramspec-peer``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+SGLANG_VERSION = "0.5.23"
+SOURCES = ("trie.cpp", "result.cpp", "ngram.cpp", "suffix_automaton.cpp")
+WHEEL_DIR = "sglang/kernels/jit/csrc/ngram_corpus/"
+
+SHIM = r"""
+// C entry points over sglang::ngram::Ngram (ours: the peer's sources are compiled beside it).
+#include "ngram.h"
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+using sglang::ngram::Ngram;
+using sglang::ngram::Param;
+static thread_local std::string g_error;
+extern "C" {
+const char* peer_error() { return g_error.c_str(); }
+void* peer_create(int64_t capacity, int64_t min_b, int64_t max_b, int64_t depth, int64_t draft,
+                  int prob) {
+  try {
+    Param p{};
+    p.enable = true; p.enable_router_mode = false;
+    p.min_bfs_breadth = min_b; p.max_bfs_breadth = max_b; p.max_trie_depth = depth;
+    p.draft_token_num = draft; p.match_type = prob ? "PROB" : "BFS";
+    return new Ngram(static_cast<size_t>(capacity), p);
+  } catch (const std::exception& e) { g_error = e.what(); return nullptr; }
+}
+void peer_destroy(void* h) { delete static_cast<Ngram*>(h); }
+int peer_insert(void* h, const int32_t* flat, const int64_t* offsets, int64_t n) {
+  try {
+    std::vector<std::vector<int32_t>> seqs(n);
+    for (int64_t i = 0; i < n; ++i) seqs[i].assign(flat + offsets[i], flat + offsets[i + 1]);
+    auto* g = static_cast<Ngram*>(h);
+    g->asyncInsert(std::move(seqs));
+    g->synchronize();
+    return 0;
+  } catch (const std::exception& e) { g_error = e.what(); return 1; }
+}
+int peer_match(void* h, const int64_t* state_ids, const int32_t* flat, const int64_t* offsets,
+               const int64_t* total_lens, int64_t n, int32_t* out_tokens, uint8_t* out_mask) {
+  try {
+    std::vector<int64_t> ids(state_ids, state_ids + n);
+    std::vector<std::vector<int32_t>> ctx(n);
+    std::vector<size_t> lens(n);
+    for (int64_t i = 0; i < n; ++i) {
+      ctx[i].assign(flat + offsets[i], flat + offsets[i + 1]);
+      lens[i] = static_cast<size_t>(total_lens[i]);
+    }
+    auto r = static_cast<Ngram*>(h)->batchMatch(ids, ctx, lens);
+    std::memcpy(out_tokens, r.token.data(), r.token.size() * sizeof(int32_t));
+    std::memcpy(out_mask, r.mask.data(), r.mask.size());
+    return 0;
+  } catch (const std::exception& e) { g_error = e.what(); return 1; }
+}
+void peer_erase(void* h, const int64_t* state_ids, int64_t n) {
+  static_cast<Ngram*>(h)->eraseMatchState(std::vector<int64_t>(state_ids, state_ids + n));
+}
+void peer_reset(void* h) { static_cast<Ngram*>(h)->reset(); }
+}
+"""
+
+
+class PeerUnavailable(RuntimeError):
+    """The SGLang peer could not be built here (no g++, no PyPI access, ...)."""
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("NGRAMSPEC_PEER_DIR", Path.home() / ".cache" / "ngramspec-peer"))
+
+
+def build(version: str = SGLANG_VERSION) -> Path:
+    """Download, extract and compile the peer once; return the shared library's path."""
+    out = _cache_dir() / f"sglang-{version}"
+    lib = out / "libsglang_ngram_peer.so"
+    if lib.exists():
+        return lib
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    if cxx is None:
+        raise PeerUnavailable("no C++ compiler (g++) to build SGLang's core")
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+               f"sglang=={version}", "-d", tmp]
+        if subprocess.run(cmd, capture_output=True).returncode != 0:
+            raise PeerUnavailable(f"pip could not download sglang=={version}")
+        wheel = next(Path(tmp).glob("sglang-*.whl"))
+        src = out / "src"
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if name.startswith(WHEEL_DIR) and not name.endswith("/"):
+                    (src / Path(name).name).parent.mkdir(parents=True, exist_ok=True)
+                    (src / Path(name).name).write_bytes(z.read(name))
+    (src / "peer_shim.cpp").write_text(SHIM)
+    files = [str(src / f) for f in SOURCES] + [str(src / "peer_shim.cpp")]
+    tmp_lib = lib.with_suffix(".so.tmp")
+    cmd = [cxx, "-std=c++20", "-O3", "-shared", "-fPIC", "-pthread", "-I", str(src), *files,
+           "-o", str(tmp_lib)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise PeerUnavailable(f"compiling SGLang's core failed:\n{res.stderr[-2000:]}")
+    tmp_lib.replace(lib)
+    return lib
+
+
+_LIB = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _LIB
+    if _LIB is None:
+        lib = ctypes.CDLL(str(build()))
+        p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+        lib.peer_create.restype = p
+        lib.peer_create.argtypes = [i64, i64, i64, i64, i64, i32]
+        lib.peer_error.restype = ctypes.c_char_p
+        lib.peer_destroy.argtypes = [p]
+        lib.peer_insert.argtypes = [p, p, p, i64]
+        lib.peer_match.argtypes = [p, p, p, p, p, i64, p, p]
+        lib.peer_erase.argtypes = [p, p, i64]
+        lib.peer_reset.argtypes = [p]
+        _LIB = lib
+    return _LIB
+
+
+def _pack(seqs):
+    arrs = [np.asarray(s, dtype=np.int32) for s in seqs]
+    offsets = np.zeros(len(arrs) + 1, np.int64)
+    np.cumsum([a.size for a in arrs], out=offsets[1:])
+    flat = np.ascontiguousarray(np.concatenate(arrs) if arrs else np.zeros(0, np.int32))
+    return flat, offsets
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+class SglangPeer:
+    """SGLang 0.5.23's ``Ngram`` object with NgramCache-like calls (stateful ids as ``NgramCorpus``
+    assigns them: first-seen order, fresh ids after erase and reset)."""
+
+    def __init__(self, *, max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10,
+                 draft_token_num=12, match_type="BFS", capacity=10_000_000):
+        if capacity <= max_trie_depth:
+            raise ValueError("SGLang crashes for capacity <= max_trie_depth")
+        self.n = draft_token_num
+        self.depth = max_trie_depth
+        lib = _lib()
+        self._h = lib.peer_create(capacity, min_bfs_breadth, max_bfs_breadth, max_trie_depth,
+                                  draft_token_num, int(match_type == "PROB"))
+        if not self._h:
+            raise ValueError(lib.peer_error().decode())
+        self._ids: dict = {}
+        self._next = 0
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            _lib().peer_destroy(self._h)
+            self._h = None
+
+    def insert(self, seqs) -> None:
+        flat, offsets = _pack(seqs)
+        if _lib().peer_insert(self._h, _ptr(flat), _ptr(offsets), len(offsets) - 1):
+            raise RuntimeError(_lib().peer_error().decode())
+
+    def _state_ids(self, request_ids):
+        out = []
+        for r in request_ids:
+            if r not in self._ids:
+                self._ids[r] = self._next
+                self._next += 1
+            out.append(self._ids[r])
+        return np.asarray(out, np.int64)
+
+    def match(self, contexts, request_ids=None, total_lens=None):
+        """(tokens (B, n) int32, mask (B, n, n) bool).  Without ids, each context gets a fresh
+        state id that is erased afterwards (a rebuild: stateless matching)."""
+        b = len(contexts)
+        flat, offsets = _pack(contexts)
+        if request_ids is None:
+            ids = np.arange(self._next, self._next + b, dtype=np.int64) + (1 << 40)
+            lens = np.diff(offsets)
+        else:
+            ids = self._state_ids(request_ids)
+            lens = np.asarray(total_lens, np.int64)
+        tokens = np.empty((b, self.n), np.int32)
+        mask = np.empty((b, self.n, self.n), np.uint8)
+        lib = _lib()
+        if lib.peer_match(self._h, _ptr(ids), _ptr(flat), _ptr(offsets), _ptr(lens), b,
+                          _ptr(tokens), _ptr(mask)):
+            raise RuntimeError(lib.peer_error().decode())
+        if request_ids is None:
+            lib.peer_erase(self._h, _ptr(ids), b)
+        return tokens, mask.astype(bool)
+
+    def erase(self, request_ids) -> None:
+        ids = np.asarray([self._ids.pop(r) for r in request_ids if r in self._ids], np.int64)
+        if ids.size:
+            _lib().peer_erase(self._h, _ptr(ids), ids.size)
+
+    def reset(self) -> None:
+        _lib().peer_reset(self._h)
+        self._ids.clear()
+        self._next = 0
