@@ -34,12 +34,16 @@ def _as_sequence(seq: Any, name: str) -> np.ndarray:
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got an array of shape {arr.shape} (nesting "
                          "deeper than a batch of sequences)")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+    kind, size = arr.dtype.kind, arr.dtype.itemsize
+    if arr.size and kind not in "iu":
         raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
-    if arr.size and (arr.min() < _INT32_MIN or arr.max() > _INT32_MAX):
+    # Only wide integer dtypes can hold ids outside int32.
+    if arr.size and ((kind == "i" and size > 4) or (kind == "u" and size >= 4)) and (
+            arr.min() < _INT32_MIN or arr.max() > _INT32_MAX):
         raise ValueError(f"{name} holds token ids outside int32 "
                          f"[{_INT32_MIN}, {_INT32_MAX}]: min {arr.min()}, max {arr.max()}")
-    return np.array(arr, dtype=np.int32)
+    # No copy for int32 input: the backends copy while packing and never keep the array.
+    return arr.astype(np.int32, copy=False)
 
 
 def _as_batch(batch: Any, name: str) -> list[np.ndarray]:
@@ -76,8 +80,10 @@ class NgramCache:
         See :class:`NgramConfig`.
     config : NgramConfig, optional
         A complete configuration instead of the individual options.
-    backend : {"reference"}
-        ``"reference"`` is the readable pure-Python model.
+    backend : {"numba", "reference"}
+        ``"numba"`` (default): flat-array trie and compiled kernels, one kernel call per batch;
+        the first cache compiles them (cached on disk afterwards).  ``"reference"``: the
+        readable pure-Python model.  Both give identical results.
 
     Examples
     --------
@@ -95,7 +101,7 @@ class NgramCache:
     def __init__(self, *, max_trie_depth: int | None = None, min_bfs_breadth: int | None = None,
                  max_bfs_breadth: int | None = None, draft_token_num: int | None = None,
                  match_type: str | None = None, capacity: int | None = None,
-                 config: NgramConfig | None = None, backend: str = "reference") -> None:
+                 config: NgramConfig | None = None, backend: str = "numba") -> None:
         options = {k: v for k, v in dict(
             max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
             max_bfs_breadth=max_bfs_breadth, draft_token_num=draft_token_num,
@@ -121,6 +127,19 @@ class NgramCache:
             return EngineBackend(self._config)
         from .reference import ReferenceBackend
         return ReferenceBackend(self._config)
+
+    def warmup(self) -> "NgramCache":
+        """Compile (or load from the on-disk cache) the kernels now, not on the first real call.
+
+        Runs one insert and one match on a throwaway cache of the same configuration; this
+        cache is left untouched.  Returns ``self``.
+        """
+        scratch = NgramCache(config=self._config.replace(capacity=self._config.max_trie_depth + 1),
+                             backend=self._backend_name)
+        scratch.insert([[1, 2, 1]])
+        scratch.match([[1, 2]], request_ids=[0], total_lens=[2])
+        scratch.match([[1, 2]])
+        return self
 
     @property
     def config(self) -> NgramConfig:

@@ -116,6 +116,7 @@ def test_batch_equals_single_requests(cache):
 
 
 def test_backend_choice():
-    assert ns.NgramCache(capacity=100).backend == "reference"
+    assert ns.NgramCache(capacity=100).backend == "numba"
+    assert ns.NgramCache(capacity=100, backend="reference").backend == "reference"
     with pytest.raises(ValueError, match="backend must be one of"):
         ns.NgramCache(capacity=100, backend="gpu")
