@@ -1,6 +1,8 @@
-"""asv benchmarks: the serving loop's match and insert on recorded streams, both backends'
-engine (numba) at several concurrencies.  Run ``asv run`` from the repository root; for the
-side-by-side ratio against SGLang's C++ core run ``python benchmarks/compare_sglang.py``."""
+"""asv benchmarks of the engine through the public API, one class per operation.
+
+Run ``asv run --quick`` (or ``asv run -E existing``) from the repository root.  For the ratio
+against SGLang's C++ core, run ``python benchmarks/compare_sglang.py``.
+"""
 
 import gzip
 import json
@@ -10,11 +12,16 @@ import numpy as np
 
 import ngramspec as ns
 
+DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12)
 
-def _steps(concurrency, depth=18, accept=3, limit=40):
+
+def _rows(limit=40):
     with gzip.open(files("ngramspec") / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz", "rt") as f:
-        rows = [json.loads(line) for line in f][:limit]
-    queue, running, steps = list(rows), [], []
+        return [json.loads(line) for line in f][:limit]
+
+
+def _steps(concurrency, depth=18, accept=3):
+    queue, running, steps = _rows(), [], []
     while queue or running:
         while queue and len(running) < concurrency:
             r = queue.pop(0)
@@ -28,22 +35,54 @@ def _steps(concurrency, depth=18, accept=3, limit=40):
     return steps
 
 
-class ServingLoop:
-    params = (["BFS", "PROB"], [1, 8, 32])
-    param_names = ["match_type", "concurrency"]
-    timeout = 300
+class Match:
+    """Stateful match of one serving step, on a trie built by replaying the streams."""
 
-    def setup(self, match_type, concurrency):
-        self.steps = _steps(concurrency)
-        ns.NgramCache(capacity=100, match_type=match_type).warmup()
+    params = (["BFS", "PROB"], [1, 8, 64])
+    param_names = ["match_type", "batch"]
 
-    def time_match_and_insert(self, match_type, concurrency):
-        cache = ns.NgramCache(match_type=match_type, capacity=1_000_000)
-        for ctxs, ids, lens in self.steps:
-            cache.match(ctxs, request_ids=ids, total_lens=lens)
-            cache.insert(ctxs)
+    def setup(self, match_type, batch):
+        self.cache = ns.NgramCache(**DEFAULTS, match_type=match_type, capacity=1_000_000)
+        self.cache.warmup()
+        steps = _steps(batch)
+        for ctxs, ids, lens in steps:
+            self.cache.match(ctxs, request_ids=ids, total_lens=lens)
+            self.cache.insert(ctxs)
+        self.step = steps[len(steps) // 2]
 
-    def peakmem_trie(self, match_type, concurrency):
-        cache = ns.NgramCache(match_type=match_type, capacity=10_000_000)
-        for ctxs, _, _ in self.steps:
-            cache.insert(ctxs)
+    def time_match(self, match_type, batch):
+        ctxs, ids, lens = self.step
+        self.cache.match(ctxs)
+
+
+class StepInsert:
+    """Insert of one step's windows into a built trie."""
+
+    params = [1, 8, 64]
+    param_names = ["batch"]
+
+    def setup(self, batch):
+        self.cache = ns.NgramCache(**DEFAULTS, capacity=1_000_000)
+        self.cache.warmup()
+        steps = _steps(batch)
+        for ctxs, _, _ in steps:
+            self.cache.insert(ctxs)
+        self.windows = steps[len(steps) // 2][0]
+
+    def time_insert(self, batch):
+        self.cache.insert(self.windows)
+
+
+class BulkInsert:
+    """One long sequence inserted into an empty trie."""
+
+    def setup(self):
+        toks = [t for r in _rows(None) for t in r["prompt_ids"] + r["output_ids"]]
+        self.seq = np.asarray(toks[:20_000], np.int32)
+        ns.NgramCache(capacity=100).warmup()
+
+    def time_bulk_insert(self):
+        ns.NgramCache(**DEFAULTS, capacity=1_000_000).insert([self.seq])
+
+    def peakmem_bulk_insert(self):
+        ns.NgramCache(**DEFAULTS, capacity=1_000_000).insert([self.seq])

@@ -1,13 +1,17 @@
-"""ngramspec's engine against SGLang's C++ core, side by side in one run.
+"""ngramspec against SGLang 0.5.23's C++ core, side by side in one run.
 
-Workload: SGLang's serving loop replayed on the recorded streams shipped with ngramspec, at a
-given concurrency: every step one batched ``match`` (stateful, the last ``max_trie_depth``
-tokens per request) and one batched ``insert`` of the same windows, for both drafters on the
-same operation sequence (precomputed, so that only drafter time is measured).  Both sides are
-also checked to produce identical drafts.  Prints per-phase medians over repeats and the ratio
-SGLang time / ngramspec time (> 1 means ngramspec is faster), plus resident trie memory.
+SGLang's core is built from its PyPI wheel (``benchmarks/peers/sglang.py``).  ngramspec is timed
+through its public API as a user calls it (NumPy int32 inputs, validation and packing
+included); SGLang at its C entry point with every input packed beforehand.  Workloads replay
+the recorded streams shipped with ngramspec through SGLang's serving loop (each step: one
+stateful ``match`` of the batch's last-18-token windows, then one ``insert`` of the same
+windows; requests advance by 3 recorded tokens a step so that the trace is the same for both).
+Both drafters are checked to produce identical drafts at every step.
 
-    python benchmarks/compare_sglang.py --concurrency 1 8 32 --repeats 5
+Ratios are ngramspec time / SGLang time (< 1 means ngramspec is faster), medians over repeats.
+
+    python benchmarks/compare_sglang.py                 # all workloads, 5 repeats
+    python benchmarks/compare_sglang.py --repeats 3 --batch 1 8
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
+import platform
 import statistics
+import subprocess
 import sys
 import time
 from importlib.resources import files
@@ -26,100 +33,152 @@ import numpy as np
 import ngramspec as ns
 
 sys.path.insert(0, str(Path(__file__).parent))
-import sglang_peer  # noqa: E402
+from peers import sglang as peer  # noqa: E402
 
-NODE_BYTES_SGLANG = 176  # sizeof(TrieNode) with g++ 12, preallocated for the whole capacity
+DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12)
 
 
-def load_rows(limit: int | None) -> list[dict]:
+def load_rows() -> list[dict]:
     with gzip.open(files("ngramspec") / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz", "rt") as f:
-        rows = [json.loads(line) for line in f]
-    return rows[:limit] if limit else rows
+        return [json.loads(line) for line in f]
 
 
-def trace(rows, concurrency, depth, accept=3):
-    """The operation sequence: per step (contexts, ids, total_lens).  Requests advance by up to
-    ``accept`` recorded tokens a step (a typical accept length), so that traces do not depend on
-    the drafter being timed."""
-    queue = list(rows)
-    running: list[list] = []
-    steps = []
+def trace(rows, concurrency, depth=18, accept=3):
+    """Per step: (int32 contexts, request ids, total lengths), SGLang's admission order."""
+    queue, running, steps = list(rows), [], []
     while queue or running:
         while queue and len(running) < concurrency:
             r = queue.pop(0)
             running.append([r["id"], r["prompt_ids"] + r["output_ids"][:1], r["output_ids"][1:]])
-        ctxs = [seq[-depth:] for _, seq, _ in running]
-        steps.append(([np.asarray(c, np.int32) for c in ctxs], [rid for rid, _, _ in running],
-                      [len(seq) for _, seq, _ in running]))
-        for item in running:
-            item[1] += item[2][:accept]
-            item[2] = item[2][accept:]
+        steps.append(([np.asarray(s[-depth:], np.int32) for _, s, _ in running],
+                      [rid for rid, _, _ in running], [len(s) for _, s, _ in running]))
+        for it in running:
+            it[1] += it[2][:accept]
+            it[2] = it[2][accept:]
         running = [it for it in running if it[2]]
     return steps
 
 
-def run(drafter, steps, check=None):
-    t_match = t_insert = 0.0
-    outputs = []
+def serve_ngramspec(cfg, steps, keep=False):
+    cache = ns.NgramCache(**cfg)
+    tm = ti = 0.0
+    outs = []
     for ctxs, ids, lens in steps:
         t0 = time.perf_counter()
-        out = drafter.match(ctxs, request_ids=ids, total_lens=lens)
+        d = cache.match(ctxs, request_ids=ids, total_lens=lens)
         t1 = time.perf_counter()
-        drafter.insert(ctxs)
-        t2 = time.perf_counter()
-        t_match += t1 - t0
-        t_insert += t2 - t1
-        if check is not None:
-            outputs.append(out.tokens if hasattr(out, "tokens") else out[0])
-    return t_match, t_insert, outputs
+        cache.insert(ctxs)
+        ti += time.perf_counter() - t1
+        tm += t1 - t0
+        if keep:
+            outs.append(d.tokens)
+    return tm, ti, outs
+
+
+def serve_sglang(cfg, steps, keep=False):
+    p = peer.SglangPeer(**cfg)
+    packed = [(p.pack_match(c, i, l), p.pack_insert(c)) for c, i, l in steps]
+    tm = ti = 0.0
+    outs = []
+    for pm, pi in packed:
+        t0 = time.perf_counter()
+        p.match_packed(pm)
+        t1 = time.perf_counter()
+        p.insert_packed(pi)
+        ti += time.perf_counter() - t1
+        tm += t1 - t0
+        if keep:
+            outs.append(pm[5].copy())
+    return tm, ti, outs
+
+
+def bulk_sequence(rows, n=100_000):
+    toks = [t for r in rows for t in r["prompt_ids"] + r["output_ids"]]
+    reps = -(-n // len(toks))
+    return np.asarray((toks * reps)[:n], np.int32)
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def fresh_process_latency() -> tuple[float, float]:
+    code = ("import time; t0 = time.perf_counter(); import ngramspec as ns; t1 = time.perf_counter();"
+            "c = ns.NgramCache(capacity=1000); c.insert([[1, 2, 3, 1, 2, 4]]);"
+            "c.match([[3, 1, 2]], request_ids=['r'], total_lens=[3]); t2 = time.perf_counter();"
+            "print(t1 - t0, t2 - t1)")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # warm cache
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    imp, first = map(float, out.stdout.split())
+    return imp, first
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--requests", type=int, default=None, help="limit the streams used")
     ap.add_argument("--match-type", choices=["BFS", "PROB"], nargs="+", default=["BFS", "PROB"])
-    ap.add_argument("--capacity", type=int, default=1_000_000)
     args = ap.parse_args()
 
-    rows = load_rows(args.requests)
-    cfg = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12,
-               capacity=args.capacity)
-    ns.NgramCache(capacity=100).match([[1]])  # compile (or load cached kernels) outside timing
-    print(f"{len(rows)} recorded requests, SGLang {sglang_peer.SGLANG_VERSION} defaults, "
-          f"capacity {args.capacity:,}; medians of {args.repeats} repeats\n")
-    print(f"{'type':5} {'conc':>4} {'steps':>6} | {'match ms (ns / sgl)':>22} {'ratio':>6} | "
-          f"{'insert ms (ns / sgl)':>22} {'ratio':>6} | {'total ratio':>11}")
-    for match_type in args.match_type:
-        for conc in args.concurrency:
-            steps = trace(rows, conc, 18)
-            res = {"ns": [], "sgl": []}
-            for rep in range(args.repeats):
-                for name in ("ns", "sgl"):
-                    d = (ns.NgramCache(**cfg, match_type=match_type) if name == "ns"
-                         else sglang_peer.SglangPeer(**cfg, match_type=match_type))
-                    m, i, outs = run(d, steps, check=rep == 0)
-                    res[name].append((m, i))
-                    if rep == 0:
-                        res[name + "_out"] = outs
-            for a, b in zip(res["ns_out"], res["sgl_out"]):
-                np.testing.assert_array_equal(a, b)
-            med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
-                   for k, v in res.items() if not k.endswith("_out")}
-            (nm, ni), (sm, si) = med["ns"], med["sgl"]
-            print(f"{match_type:5} {conc:4d} {len(steps):6d} | {nm*1e3:9.1f} / {sm*1e3:9.1f} "
-                  f"{sm/nm:6.2f} | {ni*1e3:9.1f} / {si*1e3:9.1f} {si/ni:6.2f} | "
-                  f"{(sm+si)/(nm+ni):11.2f}")
-    cache = ns.NgramCache(**cfg)
-    for ctxs, _, _ in trace(rows, 8, 18):
-        cache.insert(ctxs)
-    mine = cache._backend.trie.nbytes
-    print(f"\ntrie memory after the whole corpus ({len(cache):,} nodes): ngramspec "
-          f"{mine/2**20:.1f} MiB; SGLang preallocates {args.capacity * NODE_BYTES_SGLANG / 2**20:.1f}"
-          f" MiB of nodes at capacity {args.capacity:,} (about "
-          f"{10_000_000 * NODE_BYTES_SGLANG / 2**30:.2f} GiB at its default 10M), before child "
-          "containers")
+    rows = load_rows()
+    ns.NgramCache(capacity=100).warmup()
+    peer.build()
+    print(f"# ngramspec {ns.__version__} vs SGLang {peer.SGLANG_VERSION} C++ core | "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"{time.strftime('%Y-%m-%d')} | medians of {args.repeats} | ratio = ngramspec / SGLang\n")
+    print("| workload | ngramspec | SGLang | ratio |\n|---|---:|---:|---:|")
+    for mt in args.match_type:
+        cfg = dict(DEFAULTS, match_type=mt, capacity=1_000_000)
+        for b in args.batch:
+            steps = trace(rows, b)
+            reqs = sum(len(s[1]) for s in steps)
+            _, _, mine = serve_ngramspec(cfg, steps, keep=True)
+            _, _, theirs = serve_sglang(cfg, steps, keep=True)
+            for x, y in zip(mine, theirs):
+                np.testing.assert_array_equal(x, y)
+            r_ns = [serve_ngramspec(cfg, steps)[:2] for _ in range(args.repeats)]
+            r_sg = [serve_sglang(cfg, steps)[:2] for _ in range(args.repeats)]
+            m_ns = statistics.median(r[0] for r in r_ns) / reqs * 1e6
+            m_sg = statistics.median(r[0] for r in r_sg) / reqs * 1e6
+            i_ns = statistics.median(r[1] for r in r_ns) / len(steps) * 1e6
+            i_sg = statistics.median(r[1] for r in r_sg) / len(steps) * 1e6
+            print(f"| match {mt}, batch {b}, per request | {m_ns:.1f} µs | {m_sg:.1f} µs | "
+                  f"{m_ns / m_sg:.2f} |")
+            print(f"| insert of the step's windows {mt}, batch {b}, per step | {i_ns:.1f} µs | "
+                  f"{i_sg:.1f} µs | {i_ns / i_sg:.2f} |")
+
+    seq = bulk_sequence(rows)
+    cfg = dict(DEFAULTS, capacity=2_000_000)
+    t_ns, t_sg = [], []
+    for _ in range(args.repeats):
+        c = ns.NgramCache(**cfg)
+        t0 = time.perf_counter()
+        c.insert([seq])
+        t_ns.append(time.perf_counter() - t0)
+        p = peer.SglangPeer(**cfg)
+        packed = p.pack_insert([seq])
+        t0 = time.perf_counter()
+        p.insert_packed(packed)
+        t_sg.append(time.perf_counter() - t0)
+        del p
+    a, b = statistics.median(t_ns), statistics.median(t_sg)
+    print(f"| bulk insert of one 100,000-token sequence | {a * 1e3:.0f} ms | {b * 1e3:.0f} ms | "
+          f"{a / b:.2f} |")
+
+    nodes = len(c)
+    mine = c._backend.trie.nbytes / nodes
+    before = rss()
+    p = peer.SglangPeer(**dict(DEFAULTS, capacity=nodes + 1))
+    p.insert([seq])
+    theirs = (rss() - before) / nodes
+    del p
+    print(f"| bytes per trie node at {nodes:,} nodes (SGLang: RSS growth, capacity = nodes) | "
+          f"{mine:.0f} B | {theirs:.0f} B | {mine / theirs:.2f} |")
+    imp, first = fresh_process_latency()
+    print(f"| `import ngramspec` in a fresh process | {imp * 1e3:.0f} ms | | |")
+    print(f"| first insert + match in a fresh process (numba cache warm) | {first * 1e3:.0f} ms "
+          "| | |")
 
 
 if __name__ == "__main__":

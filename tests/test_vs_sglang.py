@@ -1,5 +1,7 @@
 """Differential tests against SGLang's own C++ core, built from the PyPI wheel at test time.
 
+Opt-in: ``python -m pytest -m sglang`` (CI runs it).
+
 Covers what the golden file does not: the server defaults (depth 18, 12 draft tokens), stateless
 calls, negative and large ids, contexts longer than the depth.  Skips when the peer cannot be
 built here (no g++ or no package index).  Capacities stay small: the C++ preallocates 176 bytes
@@ -19,7 +21,9 @@ from numpy.testing import assert_array_equal
 import ngramspec as ns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import sglang_peer  # noqa: E402
+from peers import sglang as sglang_peer  # noqa: E402
+
+pytestmark = pytest.mark.sglang
 
 
 @pytest.fixture(scope="module", autouse=True)

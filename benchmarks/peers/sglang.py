@@ -7,7 +7,8 @@ those sources with ``g++ -std=c++20 -O3`` (SGLang's own flags) together with a s
 ours, and wraps the result as :class:`SglangPeer`, with the same insert/match/erase/reset
 calls as ``NgramCache``.  Used by the benchmarks and the differential tests.
 
-Build products are cached in ``$NGRAMSPEC_PEER_DIR`` (default: ``~/.cache/ngramspec-peer``).
+Build products are cached in ``$NGRAMSPEC_PEER_DIR`` (default: ``benchmarks/peers/.build``,
+git-ignored).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class PeerUnavailable(RuntimeError):
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("NGRAMSPEC_PEER_DIR", Path.home() / ".cache" / "ngramspec-peer"))
+    return Path(os.environ.get("NGRAMSPEC_PEER_DIR", Path(__file__).parent / ".build"))
 
 
 def build(version: str = SGLANG_VERSION) -> Path:
@@ -216,6 +217,26 @@ class SglangPeer:
         if request_ids is None:
             lib.peer_erase(self._h, _ptr(ids), b)
         return tokens, mask.astype(bool)
+
+    # Entry points with inputs packed beforehand, for timing the C core alone.
+    def pack_match(self, contexts, request_ids, total_lens):
+        flat, offsets = _pack(contexts)
+        b = len(contexts)
+        return (self._state_ids(request_ids), flat, offsets, np.asarray(total_lens, np.int64),
+                b, np.empty((b, self.n), np.int32), np.empty((b, self.n, self.n), np.uint8))
+
+    def match_packed(self, packed) -> None:
+        ids, flat, offsets, lens, b, tokens, mask = packed
+        _lib().peer_match(self._h, _ptr(ids), _ptr(flat), _ptr(offsets), _ptr(lens), b,
+                          _ptr(tokens), _ptr(mask))
+
+    @staticmethod
+    def pack_insert(seqs):
+        return _pack(seqs)
+
+    def insert_packed(self, packed) -> None:
+        flat, offsets = packed
+        _lib().peer_insert(self._h, _ptr(flat), _ptr(offsets), len(offsets) - 1)
 
     def erase(self, request_ids) -> None:
         ids = np.asarray([self._ids.pop(r) for r in request_ids if r in self._ids], np.int64)
