@@ -2,6 +2,10 @@
 
 Kernels are decorated lazily with :func:`jit`; importing :mod:`ngramspec` imports no Numba.
 With ``NUMBA_DISABLE_JIT=1`` Numba returns the plain Python functions, which the tests use.
+
+Compiled kernels are cached on disk (``cache=True``; ``NGRAMSPEC_NUMBA_CACHE=0`` turns that off).
+Numba checks only the timestamp of a kernel's own file, so when editing a kernel that others in
+other files call, delete the ``__pycache__/*.nbi``/``*.nbc`` files (an install always does).
 """
 
 from __future__ import annotations

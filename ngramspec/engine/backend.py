@@ -115,18 +115,14 @@ class EngineBackend:
         seqs = [s for s in sequences if s.size]
         if not seqs:
             return
-        d = self.config.max_trie_depth
-        bound = 0
-        for s in seqs:
-            n = s.size
-            full = max(0, n - d + 1)  # suffixes of full length d
-            bound += full * d + (n - full) * (n - full + 1) // 2 if n >= d else n * (n + 1) // 2
-        self.trie.ensure(bound)
         flat, offsets = _pack(seqs)
+        pos = np.zeros(2, np.int64)
         t = self.trie
-        insert_kernel(flat, offsets, starts_from, d, self.config.capacity, t.tok, t.par, t.freq,
-                      t.ver, t.c_head, t.c_next, t.c_prev, t.nchild, t.g_next, t.g_prev, t.free,
-                      t.ht_key, t.ht_val, t.meta, self._path)
+        while not insert_kernel(flat, offsets, starts_from, self.config.max_trie_depth,
+                                self.config.capacity, t.tok, t.par, t.freq, t.ver, t.c_head,
+                                t.c_next, t.c_prev, t.nchild, t.g_next, t.g_prev, t.free,
+                                t.ht_key, t.ht_val, t.meta, self._path, pos):
+            t.grow()
 
     def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
               total_lens: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -80,13 +80,13 @@ class TrieArrays:
         self.ht_val = np.full(size, -1, np.int32)
         _ht_bulk_insert(self.ht_key, self.ht_val, keys, vals)
 
-    def ensure(self, new_nodes_bound: int) -> None:
-        """Make room for ``new_nodes_bound`` more nodes (never beyond ``capacity``)."""
-        need = min(self.capacity, int(self.meta[M_UNUSED]) + new_nodes_bound)
-        if need > self.alloc:
-            self._allocate(min(self.capacity, max(need, 2 * self.alloc)))
-            if self.ht_key.size < 2 * self.alloc:
-                self._rehash(self._table_size(self.alloc))
+    def grow(self) -> None:
+        """Double the node arrays (never beyond ``capacity``) and keep the table half empty."""
+        if self.alloc >= self.capacity:
+            raise AssertionError("a full-capacity trie never needs to grow")
+        self._allocate(min(self.capacity, 2 * self.alloc))
+        if self.ht_key.size < 2 * self.alloc:
+            self._rehash(self._table_size(self.alloc))
 
     def arrays(self):
         return (self.tok, self.par, self.freq, self.ver, self.c_head, self.c_next, self.c_prev,
@@ -253,16 +253,20 @@ def _squeeze(count, tok, par, ver, c_head, c_next, c_prev, nchild, g_next, g_pre
 
 @jit
 def insert_kernel(flat, offsets, starts_from, max_depth, capacity, tok, par, freq, ver, c_head,
-                  c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path):
+                  c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path, pos):
     """Insert every sequence ``flat[offsets[s]:offsets[s+1]]`` in order, SGLang's way.
 
-    Suffix starts begin at ``starts_from`` tokens from the end rule: every start ``i`` with
-    ``i + starts_from < len`` (0 = every suffix, the last token alone included).
+    Suffix starts are every ``i`` with ``i + starts_from < len`` (0 = every suffix, the last
+    token alone included).  Work starts at sequence ``pos[0]``, suffix ``pos[1]``.  Returns
+    False, with ``pos`` at the suffix to resume from, when the node arrays are full: the
+    caller grows them and calls again (memory follows use, not ``capacity``).
     """
-    for s in range(offsets.size - 1):
+    alloc = tok.size
+    for s in range(pos[0], offsets.size - 1):
         lo = offsets[s]
         n = offsets[s + 1] - lo
-        for i in range(n):
+        first = pos[1] if s == pos[0] else 0
+        for i in range(first, n):
             if i + starts_from >= n:
                 break
             length = min(n - i, max_depth)
@@ -270,6 +274,10 @@ def insert_kernel(flat, offsets, starts_from, max_depth, capacity, tok, par, fre
             if length > free_count:
                 _squeeze(length - free_count, tok, par, ver, c_head, c_next, c_prev, nchild,
                          g_next, g_prev, free, ht_key, ht_val, meta)
+            if meta[M_FREETOP] + (alloc - meta[M_UNUSED]) < length:
+                pos[0] = s
+                pos[1] = i
+                return False
             cur = 0
             for k in range(length):
                 t = flat[lo + i + k]
@@ -303,3 +311,6 @@ def insert_kernel(flat, offsets, starts_from, max_depth, capacity, tok, par, fre
                 if meta[M_GHEAD] != node:
                     _g_unlink(g_next, g_prev, meta, node)
                     _g_push_front(g_next, g_prev, meta, node)
+    pos[0] = offsets.size - 1
+    pos[1] = 0
+    return True
