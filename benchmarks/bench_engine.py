@@ -4,35 +4,15 @@ Run ``asv run --quick`` (or ``asv run -E existing``) from the repository root.  
 against SGLang's C++ core, run ``python benchmarks/compare_sglang.py``.
 """
 
-import gzip
-import json
-from importlib.resources import files
-
-import numpy as np
-
 import ngramspec as ns
+
+from .compare_sglang import bulk_sequence, load_rows, trace
 
 DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12)
 
 
-def _rows(limit=40):
-    with gzip.open(files("ngramspec") / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz", "rt") as f:
-        return [json.loads(line) for line in f][:limit]
-
-
-def _steps(concurrency, depth=18, accept=3):
-    queue, running, steps = _rows(), [], []
-    while queue or running:
-        while queue and len(running) < concurrency:
-            r = queue.pop(0)
-            running.append([r["id"], r["prompt_ids"] + r["output_ids"][:1], r["output_ids"][1:]])
-        steps.append(([np.asarray(s[-depth:], np.int32) for _, s, _ in running],
-                      [rid for rid, _, _ in running], [len(s) for _, s, _ in running]))
-        for it in running:
-            it[1] += it[2][:accept]
-            it[2] = it[2][accept:]
-        running = [it for it in running if it[2]]
-    return steps
+def _steps(concurrency):
+    return trace(load_rows()[:40], concurrency)
 
 
 class Match:
@@ -77,8 +57,7 @@ class BulkInsert:
     """One long sequence inserted into an empty trie."""
 
     def setup(self):
-        toks = [t for r in _rows(None) for t in r["prompt_ids"] + r["output_ids"]]
-        self.seq = np.asarray(toks[:20_000], np.int32)
+        self.seq = bulk_sequence(load_rows(), 20_000)
         ns.NgramCache(capacity=100).warmup()
 
     def time_bulk_insert(self):
