@@ -139,13 +139,14 @@ class NgramConfig:
         if not isinstance(args, Mapping):
             raise TypeError(f"args must be a mapping of SGLang argument names to values, "
                             f"got {type(args).__name__}")
+        known = sorted(["speculative_algorithm", "speculative_num_draft_tokens"]
+                       + [f"speculative_ngram_{k}" for k in _SGLANG_ARG_FIELDS
+                          if k != "num_draft_tokens"])
         fields: dict[str, Any] = {}
         for raw_name, value in args.items():
             if not isinstance(raw_name, str):
                 raise TypeError(f"argument names must be str, got {raw_name!r}")
-            name = raw_name.lstrip("-").replace("-", "_")
-            if name.startswith("speculative_"):
-                name = name[len("speculative_"):]
+            name = raw_name.lstrip("-").replace("-", "_").removeprefix("speculative_")
             if name == "algorithm":
                 if value is not None and str(value).upper() != "NGRAM":
                     raise ValueError(f"{raw_name} must be 'NGRAM' for an n-gram cache, "
@@ -153,17 +154,15 @@ class NgramConfig:
                 continue
             if name.startswith("ngram_"):
                 name = name[len("ngram_"):]
-                if name == "num_draft_tokens":
-                    name = "?"  # only speculative_num_draft_tokens exists
+                if name == "num_draft_tokens":  # SGLang spells it without "ngram_"
+                    name = "ngram_num_draft_tokens"
             if name in _SGLANG_UNSUPPORTED:
-                if value in (None, 0) or (name == "external_corpus_max_tokens"):
-                    continue  # unset or default: nothing to support
+                # Unset (None / 0) is fine; the token cap means nothing without a corpus.
+                if value in (None, 0) or name == "external_corpus_max_tokens":
+                    continue
                 raise ValueError(f"{raw_name}: SGLang's external corpus (suffix automaton) is "
                                  f"not supported by ngramspec")
             if name not in _SGLANG_ARG_FIELDS:
-                known = sorted(["speculative_algorithm", "speculative_num_draft_tokens"]
-                               + [f"speculative_ngram_{k}" for k in _SGLANG_ARG_FIELDS
-                                  if k != "num_draft_tokens"])
                 raise ValueError(f"unknown SGLang argument {raw_name!r}; known: {', '.join(known)}")
             field = _SGLANG_ARG_FIELDS[name]
             if field in fields:

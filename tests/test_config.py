@@ -83,10 +83,16 @@ def test_from_sglang_args_spellings():
     ({"speculative_ngram_external_sam_budget": 4}, ValueError, "not supported"),
     ({"speculative_ngram_bogus": 1}, ValueError, "known: .*speculative_ngram_max_trie_depth"),
     ({"speculative_ngram_min_match_window_size": 1}, ValueError, "unknown SGLang argument"),
+    ({"speculative_ngram_num_draft_tokens": 8}, ValueError, "unknown SGLang argument"),
+    ({"speculative_ngram_external_corpus_path": None,
+      "speculative_ngram_external_corpus_max_tokens": 10_000_000}, None, None),
     ({"max_bfs_breadth": 3, "--speculative-ngram-max-bfs-breadth": 4}, ValueError, "twice"),
     ({"speculative_ngram_capacity": 3}, ValueError, "capacity must be greater"),
     ([("max_bfs_breadth", 3)], TypeError, "mapping"),
 ])
 def test_from_sglang_args_errors(args, exc, match):
+    if exc is None:  # unset external-corpus arguments, as in a full server-args dump
+        assert NgramConfig.from_sglang_args(args) == NgramConfig()
+        return
     with pytest.raises(exc, match=match):
         NgramConfig.from_sglang_args(args)
