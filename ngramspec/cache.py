@@ -62,6 +62,25 @@ def _as_batch(batch: Any, name: str) -> list[np.ndarray]:
     return [_as_sequence(seq, f"{name}[{i}]") for i, seq in enumerate(batch)]
 
 
+def _as_lengths(total_lens: Any, n: int) -> np.ndarray:
+    """``total_lens`` as an int64 array of ``n`` values; a clear error otherwise."""
+    if isinstance(total_lens, (str, bytes)) or not hasattr(total_lens, "__len__"):
+        raise TypeError(f"total_lens must be a 1-D sequence of ints, got "
+                        f"{type(total_lens).__name__}")
+    try:
+        lens = np.asarray(total_lens)
+    except (ValueError, OverflowError) as e:
+        raise TypeError(f"total_lens must be a 1-D sequence of ints: {e}") from None
+    if lens.ndim != 1 or (lens.size and lens.dtype.kind not in "iu"):
+        raise TypeError(f"total_lens must be a 1-D sequence of integers, got dtype "
+                        f"{lens.dtype} and shape {lens.shape}")
+    if lens.size != n:
+        raise ValueError(f"total_lens has {lens.size} values for {n} contexts")
+    if lens.size and lens.dtype.kind == "u" and lens.max() > np.iinfo(np.int64).max:
+        raise ValueError("total_lens values must fit in int64")
+    return lens.astype(np.int64, copy=False)
+
+
 def _as_request_id(rid: Any, i: int) -> Hashable:
     if isinstance(rid, (bool, np.bool_)) or not isinstance(rid, (str, int, np.integer)):
         raise TypeError(f"request_ids[{i}] must be a str or an int, got {type(rid).__name__}")
@@ -202,17 +221,13 @@ class NgramCache:
             if total_lens is None:
                 raise ValueError("total_lens is required with request_ids: the full length of "
                                  "each request's sequence drives its match state")
-            lens = _as_sequence(total_lens, "total_lens").astype(np.int64) if not isinstance(
-                total_lens, np.ndarray) else np.asarray(total_lens)
-            if lens.ndim != 1 or not np.issubdtype(lens.dtype, np.integer):
-                raise TypeError("total_lens must be a 1-D sequence of ints")
-            if len(lens) != len(batch):
-                raise ValueError(f"total_lens has {len(lens)} values for {len(batch)} contexts")
-            for i, ctx in enumerate(batch):
-                if lens[i] < ctx.size:
-                    raise ValueError(f"total_lens[{i}] = {lens[i]} is shorter than "
-                                     f"contexts[{i}] ({ctx.size} tokens)")
-            lens = lens.tolist()
+            lens = _as_lengths(total_lens, len(batch))
+            sizes = np.fromiter((c.size for c in batch), np.int64, len(batch))
+            short = np.flatnonzero(lens < sizes)
+            if short.size:
+                i = int(short[0])
+                raise ValueError(f"total_lens[{i}] = {lens[i]} is shorter than "
+                                 f"contexts[{i}] ({sizes[i]} tokens)")
         with self._lock:
             tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch(tokens, mask, num_drafts)

@@ -120,3 +120,12 @@ def test_backend_choice():
     assert ns.NgramCache(capacity=100, backend="reference").backend == "reference"
     with pytest.raises(ValueError, match="backend must be one of"):
         ns.NgramCache(capacity=100, backend="gpu")
+
+
+def test_total_lens_beyond_int32_are_fine(cache):
+    d = cache.match([[1, 2, 3]], request_ids=["long"], total_lens=np.array([2**40]))
+    assert_array_equal(d.tokens, cache.match([[1, 2, 3]]).tokens)
+    with pytest.raises(TypeError, match="total_lens"):
+        cache.match([[1, 2, 3]], request_ids=["x"], total_lens=[[3]])
+    with pytest.raises(TypeError, match="total_lens"):
+        cache.match([[1, 2, 3]], request_ids=["x"], total_lens=3)

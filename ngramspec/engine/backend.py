@@ -125,7 +125,7 @@ class EngineBackend:
             t.grow()
 
     def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
-              total_lens: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cfg = self.config
         n = cfg.draft_token_num
         b = len(contexts)
@@ -134,7 +134,7 @@ class EngineBackend:
             lens = np.zeros(b, np.int64)
         else:
             rows = np.asarray([self._row(k) for k in keys], dtype=np.int64)
-            lens = np.asarray(total_lens, dtype=np.int64)
+            lens = total_lens
         flat, offsets = _pack(list(contexts))
         tokens = np.empty((b, n), np.int32)
         mask = np.empty((b, n, n), np.bool_)

@@ -30,7 +30,7 @@ class ReferenceBackend:
             self.trie.insert(seq.tolist())
 
     def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
-              total_lens: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cfg = self.config
         n = cfg.draft_token_num
         tokens = np.zeros((len(contexts), n), dtype=np.int32)
