@@ -18,14 +18,10 @@ __all__ = ["TrieArrays", "M_SIZE", "M_GHEAD", "M_GTAIL", "M_UNUSED", "M_FREETOP"
 
 # Slots of the int64 ``meta`` array.
 M_SIZE, M_GHEAD, M_GTAIL, M_UNUSED, M_FREETOP, M_EPOCH, M_HTCOUNT = range(7)
-_EMPTY = np.int64(-1)
 
 
 class TrieArrays:
     """Owner of the trie's arrays; grows them before a kernel could run out of room."""
-
-    NODE_FIELDS = ("tok", "par", "freq", "ver", "c_head", "c_next", "c_prev", "nchild",
-                   "g_next", "g_prev", "free")
 
     def __init__(self, capacity: int, initial: int = 1024) -> None:
         self.capacity = capacity

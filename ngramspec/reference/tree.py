@@ -20,15 +20,15 @@ __all__ = ["build_bfs", "build_prob", "fill_result", "bfs_start_breadth"]
 Tree = list[UnorderedMapOrder]
 
 
-def bfs_start_breadth(d: int, max_depth: int, min_breadth: int, max_breadth: int) -> float:
-    """Breadth (a double) at which BFS starts below an anchor of depth ``d``; and its step."""
-    mmd = max(1, max_depth - 1)
-    scale = float(max_breadth - min_breadth) / mmd
-    return (mmd - d) * scale + min_breadth
-
-
 def _bfs_scale(max_depth: int, min_breadth: int, max_breadth: int) -> float:
+    """How much the BFS breadth (a double) shrinks per level and per unit of anchor depth."""
     return float(max_breadth - min_breadth) / max(1, max_depth - 1)
+
+
+def bfs_start_breadth(d: int, max_depth: int, min_breadth: int, max_breadth: int) -> float:
+    """Breadth (a double) at which BFS starts below an anchor of depth ``d``."""
+    mmd = max(1, max_depth - 1)
+    return (mmd - d) * _bfs_scale(max_depth, min_breadth, max_breadth) + min_breadth
 
 
 def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int, max_depth: int,
