@@ -10,7 +10,9 @@ array([[2, 3, 7, 8]], dtype=int32)
 from .cache import NgramCache
 from .config import NgramConfig
 from .drafts import DraftBatch
-from .verify import VerifyResult, verify_greedy
+from .drafter import Drafter
+from .verify import VerifyResult, verify_greedy, verify_greedy_logits
 
-__all__ = ["NgramCache", "NgramConfig", "DraftBatch", "VerifyResult", "verify_greedy"]
+__all__ = ["NgramCache", "NgramConfig", "DraftBatch", "Drafter", "VerifyResult", "verify_greedy",
+           "verify_greedy_logits"]
 __version__ = "0.1.0"

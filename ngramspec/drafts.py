@@ -90,6 +90,105 @@ class DraftBatch:
                              f"got shape {seq.shape} dtype {seq.dtype}")
         return seq.astype(np.int64)[:, None] + self.depth
 
+    def _prefix_lens(self, prefix_lens, name: str = "prefix_lens") -> np.ndarray:
+        pre = np.asarray(prefix_lens)
+        if pre.shape != (self.batch_size,) or (pre.size and pre.dtype.kind not in "iu"):
+            raise ValueError(f"{name} must be {self.batch_size} integers, one per request, "
+                             f"got shape {pre.shape} dtype {pre.dtype}")
+        if pre.size and pre.min() < 0:
+            raise ValueError(f"{name} must be >= 0, got {pre.min()}")
+        return pre.astype(np.int64)
+
+    def attention_mask(self, prefix_lens) -> np.ndarray:
+        """(B, n, P + n) bool: the attention of each draft slot over the KV cache and the tree.
+
+        Request ``b``'s rows are SGLang's mask for it (spec section 4.3): True over its
+        ``prefix_lens[b]`` cached tokens, then the tree mask over the draft block.  With
+        ragged prefixes, ``P = max(prefix_lens)`` and shorter prefixes are padded on the
+        **left** with False, so ``mask[b, :, P - prefix_lens[b]:]`` is exactly SGLang's
+        ``(n, prefix_lens[b] + n)`` mask and the draft block always occupies the last ``n``
+        columns.  ``prefix_lens`` are the tokens in the target's KV cache (for a drafter
+        request: ``total_len - 1``; the root is the first query).
+
+        Examples
+        --------
+        >>> import numpy as np, ngramspec as ns
+        >>> d = ns.DraftBatch(np.array([[2, 4, 3]], dtype=np.int32),
+        ...                   np.array([[[1, 0, 0], [1, 1, 0], [1, 1, 1]]], dtype=bool),
+        ...                   np.array([2], dtype=np.int32))
+        >>> d.attention_mask([2]).astype(int)
+        array([[[1, 1, 1, 0, 0],
+                [1, 1, 1, 1, 0],
+                [1, 1, 1, 1, 1]]])
+        """
+        pre = self._prefix_lens(prefix_lens)
+        b, n = self.tokens.shape
+        p = int(pre.max()) if b else 0
+        out = np.zeros((b, n, p + n), dtype=bool)
+        cols = np.arange(p)
+        out[:, :, :p] = (cols[None, :] >= (p - pre)[:, None])[:, None, :]
+        out[:, :, p:] = self.mask
+        return out
+
+    def additive_attention_mask(self, prefix_lens, *, dtype=np.float32) -> np.ndarray:
+        """(B, 1, n, P + n) float: :meth:`attention_mask` as an additive mask, ``0`` where a
+        slot may attend and ``-inf`` where not (the 4-D form Hugging Face ``transformers``
+        models take as ``attention_mask``).  Left padding as in :meth:`attention_mask`."""
+        allowed = self.attention_mask(prefix_lens)
+        out = np.full(allowed.shape, -np.inf, dtype=dtype)
+        out[allowed] = 0
+        return out[:, None]
+
+    def custom_mask(self, prefix_lens) -> np.ndarray:
+        """SGLang's flat ``custom_mask``: per request, ``(n, prefix_lens[b] + n)`` row-major,
+        concatenated in batch order (bool)."""
+        pre = self._prefix_lens(prefix_lens)
+        full = self.attention_mask(pre)
+        p = full.shape[2] - self.draft_token_num
+        return np.concatenate([full[b, :, p - pre[b]:].ravel() for b in range(self.batch_size)]
+                              or [np.zeros(0, bool)])
+
+    def chain_slots(self) -> list[np.ndarray]:
+        """Per request, the slots of one root-to-leaf path (root excluded), for verifiers that
+        only take a linear draft.
+
+        The path descends, at each slot, into the child with the most drafted descendants:
+        the branch the drafter spent most of its budget on (BFS keeps expanding the branches
+        that longer and more recent matches continue; PROB the most probable ones).  Ties go
+        to the lower slot, the first in SGLang's layout.  Padding is never on the path.
+        """
+        par = self.parents
+        out = []
+        for b in range(self.batch_size):
+            k = int(self.num_drafts[b])
+            size = np.ones(k + 1, np.int64)
+            for i in range(k, 0, -1):  # children come after parents
+                size[par[b, i]] += size[i]
+            path, cur = [], 0
+            while True:
+                kids = [i for i in range(1, k + 1) if par[b, i] == cur]
+                if not kids:
+                    break
+                cur = max(kids, key=lambda i: (size[i], -i))
+                path.append(cur)
+            out.append(np.asarray(path, dtype=np.int32))
+        return out
+
+    def chain(self) -> list[np.ndarray]:
+        """Per request, the draft tokens along :meth:`chain_slots` (int32, root excluded).
+
+        Examples
+        --------
+        >>> import numpy as np, ngramspec as ns
+        >>> d = ns.DraftBatch(np.array([[2, 4, 3, 7, 0]], dtype=np.int32),
+        ...                   np.array([[[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0],
+        ...                              [1, 0, 1, 1, 0], [1, 0, 0, 0, 1]]], dtype=bool),
+        ...                   np.array([3], dtype=np.int32))
+        >>> [c.tolist() for c in d.chain()]
+        [[3, 7]]
+        """
+        return [self.tokens[b, s] for b, s in enumerate(self.chain_slots())]
+
     @cached_property
     def retrieve_index(self) -> np.ndarray:
         """(B, n) int32 global rows ``b * n + i`` (SGLang's ``retrive_index``)."""

@@ -8,7 +8,7 @@ import numpy as np
 
 from .drafts import DraftBatch
 
-__all__ = ["VerifyResult", "verify_greedy"]
+__all__ = ["VerifyResult", "verify_greedy", "verify_greedy_logits"]
 
 
 @dataclass(frozen=True)
@@ -84,3 +84,36 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
         accept_lens[r] = k + 1
         emitted.append(np.asarray(out, dtype=np.int32))
     return VerifyResult(accept_index, accept_lens, emitted)
+
+
+def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
+    """:func:`verify_greedy` from the target's logits over the draft slots.
+
+    ``logits`` has shape (B, n, V) (or SGLang's flat (B * n, V)); row ``[b, i]`` is the
+    target's output at slot ``i``.  The argmax takes the first of equal maxima (as
+    ``numpy.argmax`` and ``torch.argmax`` do).  Anything NumPy can read works, including CPU
+    torch tensors; move GPU tensors to the host, or take the argmax there and call
+    :func:`verify_greedy`.
+
+    Examples
+    --------
+    >>> import numpy as np, ngramspec as ns
+    >>> d = ns.DraftBatch(np.array([[2, 4, 3]], dtype=np.int32),
+    ...                   np.array([[[1, 0, 0], [1, 1, 0], [1, 0, 1]]], dtype=bool),
+    ...                   np.array([2], dtype=np.int32))
+    >>> logits = np.eye(6)[[3, 1, 5]][None]          # argmax 3, 1, 5
+    >>> ns.verify_greedy_logits(d, logits).emitted[0].tolist()
+    [3, 5]
+    """
+    if not isinstance(drafts, DraftBatch):
+        raise TypeError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
+    arr = np.asarray(logits)
+    b, n = drafts.tokens.shape
+    if arr.ndim == 2 and arr.shape[0] == b * n:
+        arr = arr.reshape(b, n, arr.shape[1])
+    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
+        raise ValueError(f"logits must have shape (batch, draft_token_num, vocab) = ({b}, {n}, V) "
+                         f"or ({b * n}, V) with V > 0, got {arr.shape}")
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"logits must be numeric, got dtype {arr.dtype}")
+    return verify_greedy(drafts, arr.argmax(axis=-1))

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["ngramspec", "ngramspec.config", "ngramspec.stdorder", "ngramspec.cache",
-           "ngramspec.drafts", "ngramspec.verify"]
+           "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter"]
 
 
 @pytest.mark.parametrize("name", MODULES)
