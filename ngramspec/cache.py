@@ -88,15 +88,19 @@ def _as_request_id(rid: Any, i: int) -> Hashable:
 
 
 class NgramCache:
-    """SGLang 0.5.23's NGRAM drafter: a trie of recent n-grams and per-request match states.
+    """SGLang's NGRAM drafter: a trie of recent n-grams and per-request match states.
 
     Every option is keyword-only; the defaults are SGLang's server defaults.  Pass either the
-    individual options or ``config=``, not both.
+    individual options or ``config=``, not both.  By default SGLang 0.5.23 is reproduced;
+    ``profile="sglang-0.5.9"`` gives the window era (``branch_length``, match windows,
+    stateless matching; see :class:`NgramConfig`).
 
     Parameters
     ----------
     max_trie_depth, min_bfs_breadth, max_bfs_breadth, draft_token_num, match_type, capacity
         See :class:`NgramConfig`.
+    profile, branch_length, min_match_window_size, max_match_window_size
+        See :class:`NgramConfig`; the last three belong to ``profile="sglang-0.5.9"``.
     config : NgramConfig, optional
         A complete configuration instead of the individual options.
     backend : {"numba", "reference"}
@@ -115,16 +119,29 @@ class NgramCache:
     >>> d = cache.match([[3, 44]], request_ids=["req-1"], total_lens=[2])
     >>> d.tokens[0].tolist(), int(d.num_drafts[0])
     ([44, 55, 66, 77, 88, 99, 100, 0], 6)
+
+    The window-era profile (SGLang 0.5.9), with that library demo's settings:
+
+    >>> old = ns.NgramCache(profile="sglang-0.5.9", branch_length=12, max_match_window_size=10,
+    ...                     max_bfs_breadth=8, draft_token_num=8, capacity=100_000)
+    >>> old.insert([list(range(1, 11)), [1, 2, 3, 44, 55, 66, 77, 88, 99, 100]])
+    >>> old.match([[1, 2, 3]]).tokens
+    array([[ 3,  4, 44,  5, 55,  6, 66, 77]], dtype=int32)
     """
 
     def __init__(self, *, max_trie_depth: int | None = None, min_bfs_breadth: int | None = None,
                  max_bfs_breadth: int | None = None, draft_token_num: int | None = None,
                  match_type: str | None = None, capacity: int | None = None,
+                 profile: str | None = None, branch_length: int | None = None,
+                 min_match_window_size: int | None = None,
+                 max_match_window_size: int | None = None,
                  config: NgramConfig | None = None, backend: str = "numba") -> None:
         options = {k: v for k, v in dict(
             max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
             max_bfs_breadth=max_bfs_breadth, draft_token_num=draft_token_num,
-            match_type=match_type, capacity=capacity).items() if v is not None}
+            match_type=match_type, capacity=capacity, profile=profile,
+            branch_length=branch_length, min_match_window_size=min_match_window_size,
+            max_match_window_size=max_match_window_size).items() if v is not None}
         if config is not None:
             if options:
                 raise ValueError(f"pass either config= or individual options, not both "
@@ -153,7 +170,7 @@ class NgramCache:
         Runs one insert and one match on a throwaway cache of the same configuration; this
         cache is left untouched.  Returns ``self``.
         """
-        scratch = NgramCache(config=self._config.replace(capacity=self._config.max_trie_depth + 1),
+        scratch = NgramCache(config=self._config.replace(capacity=self._config.trie_depth + 1),
                              backend=self._backend_name)
         scratch.insert([[1, 2, 1]])
         scratch.match([[1, 2]], request_ids=[0], total_lens=[2])
@@ -190,14 +207,17 @@ class NgramCache:
         ----------
         contexts : list of 1-D int sequences, or 2-D int array
             The tail of each request's sequence (SGLang sends the last ``max_trie_depth``
-            tokens); the last token is the root of its tree.  Must be non-empty.
+            tokens; 0.5.9 the last ``max_match_window_size``); the last token is the root of
+            its tree.  Must be non-empty.
         request_ids : sequence of str or int, optional
             With ids, matching is stateful per id (SGLang's ``MatchState``), which can differ
             from stateless matching when the trie changed since the state was computed.
-            Without, every context is matched afresh.
+            Without, every context is matched afresh.  In profile ``"sglang-0.5.9"`` matching
+            is always stateless: ids are accepted and ignored (not even checked).
         total_lens : sequence of int
             Required with ``request_ids``: the full length of the sequence each context is
-            the tail of (``total_lens[i] >= len(contexts[i])``).  Ignored without ids.
+            the tail of (``total_lens[i] >= len(contexts[i])``).  Ignored without ids, and
+            ignored in profile ``"sglang-0.5.9"``.
         """
         batch = _as_batch(contexts, "contexts")
         if not batch:
@@ -207,7 +227,7 @@ class NgramCache:
                 raise ValueError(f"contexts[{i}] is empty; a context needs at least one token "
                                  "(its last token is the root of the draft tree)")
         keys = lens = None
-        if request_ids is not None:
+        if request_ids is not None and self._config.stateful:
             if isinstance(request_ids, (str, bytes)) or not isinstance(
                     request_ids, (Sequence, np.ndarray)):
                 raise TypeError("request_ids must be a sequence of str or int ids, one per "

@@ -10,19 +10,33 @@ from typing import Any, Literal, Mapping
 __all__ = ["NgramConfig", "MATCH_TYPES", "PROFILES"]
 
 MATCH_TYPES = ("BFS", "PROB")
-PROFILES = ("sglang-0.5.23",)
+#: SGLang releases whose drafter can be reproduced; the first is the default.
+PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
 
 _INT32_MAX = 2**31 - 1
 
-# SGLang 0.5.23 server-argument names (after dropping "--", "speculative_" and "ngram_") that map
-# onto our fields; the external-corpus arguments exist there but are not supported here.
-_SGLANG_ARG_FIELDS = {
-    "max_trie_depth": "max_trie_depth",
+# Fields that exist in one profile only, and their defaults there (SGLang's server defaults).
+# draft_token_num is shared but resolved per profile (see NgramConfig).
+_PROFILE_FIELDS: dict[str, dict[str, int]] = {
+    "sglang-0.5.23": {"max_trie_depth": 18},
+    "sglang-0.5.9": {"branch_length": 18, "min_match_window_size": 1,
+                     "max_match_window_size": 12},
+}
+
+# SGLang server-argument names (after dropping "--", "speculative_" and "ngram_") that map onto
+# our fields, per era; the external-corpus arguments exist in 0.5.23 but are not supported here.
+_SGLANG_SHARED_ARGS = {
     "min_bfs_breadth": "min_bfs_breadth",
     "max_bfs_breadth": "max_bfs_breadth",
     "match_type": "match_type",
     "capacity": "capacity",
     "num_draft_tokens": "draft_token_num",
+}
+_SGLANG_PROFILE_ARGS = {
+    "sglang-0.5.23": {"max_trie_depth": "max_trie_depth"},
+    "sglang-0.5.9": {"branch_length": "branch_length",
+                     "min_match_window_size": "min_match_window_size",
+                     "max_match_window_size": "max_match_window_size"},
 }
 _SGLANG_UNSUPPORTED = ("external_corpus_path", "external_sam_budget", "external_corpus_max_tokens")
 
@@ -40,26 +54,47 @@ def _check_int(name: str, value: Any) -> int:
 class NgramConfig:
     """Settings of an :class:`~ngramspec.NgramCache`, validated on construction.
 
-    The defaults are SGLang 0.5.23's server defaults for ``--speculative-algorithm NGRAM``.
+    Two profiles, each with SGLang's own server defaults and validation rules:
+
+    - ``"sglang-0.5.23"`` (default): a trie of depth ``max_trie_depth``, every suffix of the
+      context an anchor, stateful matching per request.
+    - ``"sglang-0.5.9"`` (the "window era"): a trie of depth ``branch_length``, anchors only from
+      the context suffixes of ``min_match_window_size .. max_match_window_size`` tokens, inserts
+      skip the shortest ``min_match_window_size`` suffixes, stateless matching.
+
+    Options of one profile are an error in the other; an option left at ``None`` takes the
+    profile's default.
 
     Parameters
     ----------
-    max_trie_depth : int
-        Longest path stored in the trie; also the length of the context tail that is matched
-        and inserted.  Must be > 1.
+    max_trie_depth : int, optional
+        ``sglang-0.5.23`` only (default 18).  Longest path stored in the trie; also the length
+        of the context tail that SGLang's worker matches and inserts.  Must be > 1.
     min_bfs_breadth, max_bfs_breadth : int
-        BFS breadth of the deepest and of the shallowest anchor; ``max_bfs_breadth`` is also
-        PROB's ``top_k``.  ``0 < min_bfs_breadth <= max_bfs_breadth``.
-    draft_token_num : int
+        BFS breadth of the longest and of the shortest anchor; ``max_bfs_breadth`` is also
+        PROB's ``top_k``.  ``0 < min_bfs_breadth <= max_bfs_breadth``.  Defaults 1 and 10.
+    draft_token_num : int, optional
         Size of the draft tree *including the root* (SGLang's meaning); the budget of drafted
-        nodes is ``draft_token_num - 1``.  Must be > 0.
+        nodes is ``draft_token_num - 1``.  Must be > 0.  Default 12 in ``sglang-0.5.23``; in
+        ``sglang-0.5.9`` ``max_match_window_size`` (12 by default), as that server resolved it.
     match_type : {"BFS", "PROB"}
-        ``"BFS"`` expands by recency, ``"PROB"`` best-first by frequency.
+        ``"BFS"`` expands by recency, ``"PROB"`` best-first by frequency.  (The 0.5.9 server
+        never passed this option to its cache and always ran BFS; this profile honours it.)
     capacity : int
-        Trie nodes, root included.  Must exceed ``max_trie_depth`` (SGLang crashes or aborts
-        for ``capacity <= max_trie_depth``; we refuse it up front).
-    profile : {"sglang-0.5.23"}
+        Trie nodes, root included.  Must exceed the trie depth (``max_trie_depth`` or
+        ``branch_length``): SGLang crashes or aborts for smaller capacities; we refuse them up
+        front.  Default 10,000,000.
+    profile : {"sglang-0.5.23", "sglang-0.5.9"}
         Which SGLang release's behaviour to reproduce.
+    branch_length : int, optional
+        ``sglang-0.5.9`` only (default 18).  Longest path stored in the trie (renamed
+        ``max_trie_depth`` later); the worker inserts the last ``branch_length`` tokens.
+        Must be > 1.
+    min_match_window_size, max_match_window_size : int, optional
+        ``sglang-0.5.9`` only (defaults 1 and 12).  Context suffixes of these lengths are
+        matched; the worker sends the last ``max_match_window_size`` tokens.  Inserts skip the
+        suffixes of ``min_match_window_size`` tokens or fewer.
+        ``0 < min_match_window_size <= max_match_window_size < branch_length``.
 
     Examples
     --------
@@ -70,46 +105,108 @@ class NgramConfig:
     Traceback (most recent call last):
     ...
     ValueError: capacity must be greater than max_trie_depth (18), got 18: ...
+    >>> old = NgramConfig(profile="sglang-0.5.9")
+    >>> (old.branch_length, old.min_match_window_size, old.max_match_window_size,
+    ...  old.draft_token_num, old.max_trie_depth)
+    (18, 1, 12, 12, None)
+    >>> NgramConfig(profile="sglang-0.5.9", max_trie_depth=18)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_trie_depth is an option of profile 'sglang-0.5.23', not of 'sglang-0.5.9' ...
     """
 
-    max_trie_depth: int = 18
+    max_trie_depth: int | None = None
     min_bfs_breadth: int = 1
     max_bfs_breadth: int = 10
-    draft_token_num: int = 12
+    draft_token_num: int | None = None
     match_type: Literal["BFS", "PROB"] = "BFS"
     capacity: int = 10_000_000
     profile: str = "sglang-0.5.23"
+    branch_length: int | None = None
+    min_match_window_size: int | None = None
+    max_match_window_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_trie_depth", "min_bfs_breadth", "max_bfs_breadth", "draft_token_num",
-                     "capacity"):
-            object.__setattr__(self, name, _check_int(name, getattr(self, name)))
-        if self.profile not in PROFILES:
+        if not isinstance(self.profile, str) or self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
+        own = _PROFILE_FIELDS[self.profile]
+        for other, fields in _PROFILE_FIELDS.items():
+            for name in fields:
+                if name not in own and getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name} is an option of profile {other!r}, not of {self.profile!r} "
+                        f"(its options: {', '.join(own)}; pass profile={other!r} for {name})")
+        for name, default in own.items():
+            value = getattr(self, name)
+            object.__setattr__(self, name, default if value is None else _check_int(name, value))
+        if self.draft_token_num is None:
+            object.__setattr__(self, "draft_token_num", 12 if self.profile == "sglang-0.5.23"
+                               else self.max_match_window_size)
+        for name in ("min_bfs_breadth", "max_bfs_breadth", "draft_token_num", "capacity"):
+            object.__setattr__(self, name, _check_int(name, getattr(self, name)))
         if not isinstance(self.match_type, str):
             raise TypeError(f"match_type must be a str, one of {MATCH_TYPES}, "
                             f"got {type(self.match_type).__name__} {self.match_type!r}")
         if self.match_type not in MATCH_TYPES:
             raise ValueError(f"match_type must be one of {MATCH_TYPES}, got {self.match_type!r}")
         # SGLang's own constructor checks, in its order.
-        if self.max_trie_depth <= 1:
-            raise ValueError(f"max_trie_depth must be > 1, got {self.max_trie_depth}")
+        depth_name = "max_trie_depth" if self.profile == "sglang-0.5.23" else "branch_length"
+        if self.trie_depth <= 1:
+            raise ValueError(f"{depth_name} must be > 1, got {self.trie_depth}")
+        if self.profile == "sglang-0.5.9":
+            lo, hi = self.min_match_window_size, self.max_match_window_size
+            assert lo is not None and hi is not None
+            if lo <= 0:
+                raise ValueError(f"min_match_window_size must be > 0, got {lo}")
+            if lo > hi:
+                raise ValueError(f"min_match_window_size ({lo}) must be <= "
+                                 f"max_match_window_size ({hi})")
+            if hi >= self.trie_depth:
+                raise ValueError(f"max_match_window_size ({hi}) must be < branch_length "
+                                 f"({self.trie_depth})")
         if self.min_bfs_breadth <= 0:
             raise ValueError(f"min_bfs_breadth must be > 0, got {self.min_bfs_breadth}")
         if self.min_bfs_breadth > self.max_bfs_breadth:
             raise ValueError(f"min_bfs_breadth ({self.min_bfs_breadth}) must be <= "
                              f"max_bfs_breadth ({self.max_bfs_breadth})")
+        assert self.draft_token_num is not None
         if self.draft_token_num <= 0:
             raise ValueError(f"draft_token_num must be > 0, got {self.draft_token_num}")
         # What SGLang does not check and crashes on.
-        if self.capacity <= self.max_trie_depth:
+        if self.capacity <= self.trie_depth:
             raise ValueError(
-                f"capacity must be greater than max_trie_depth ({self.max_trie_depth}), got "
-                f"{self.capacity}: one insert may need max_trie_depth new nodes plus the root")
-        for name in ("max_trie_depth", "max_bfs_breadth", "draft_token_num", "capacity"):
+                f"capacity must be greater than {depth_name} ({self.trie_depth}), got "
+                f"{self.capacity}: one insert may need {depth_name} new nodes plus the root")
+        for name in (depth_name, "max_bfs_breadth", "draft_token_num", "capacity"):
             if getattr(self, name) > _INT32_MAX:
                 raise ValueError(f"{name} must fit in int32 (<= {_INT32_MAX}), "
                                  f"got {getattr(self, name)}")
+
+    @property
+    def trie_depth(self) -> int:
+        """Longest path stored in the trie: ``max_trie_depth`` or (0.5.9) ``branch_length``."""
+        depth = self.max_trie_depth if self.profile == "sglang-0.5.23" else self.branch_length
+        assert depth is not None
+        return depth
+
+    @property
+    def stateful(self) -> bool:
+        """Whether matching keeps per-request state (0.5.23); 0.5.9 matching is stateless."""
+        return self.profile == "sglang-0.5.23"
+
+    @property
+    def match_length(self) -> int:
+        """Tokens of each request's tail that SGLang's worker matches: ``max_trie_depth``, or
+        (0.5.9) ``max_match_window_size``."""
+        n = self.max_trie_depth if self.stateful else self.max_match_window_size
+        assert n is not None
+        return n
+
+    @property
+    def insert_length(self) -> int:
+        """Tokens of each request's tail that SGLang's worker inserts per step:
+        ``max_trie_depth``, or (0.5.9) ``branch_length``."""
+        return self.trie_depth
 
     @property
     def budget(self) -> int:
@@ -122,27 +219,42 @@ class NgramConfig:
 
     @classmethod
     def from_sglang_args(cls, args: Mapping[str, Any]) -> "NgramConfig":
-        """Build a config from SGLang server arguments.
+        """Build a config from SGLang server arguments, choosing the profile by their names.
 
         Names may use ``-`` or ``_`` and may carry the leading ``--`` and ``speculative_``:
         ``speculative_ngram_X`` maps to ``X``, ``speculative_num_draft_tokens`` to
         ``draft_token_num``.  ``speculative_algorithm``, if given, must be ``"NGRAM"``.  A value
         of ``None`` means "not set" (SGLang's resolution to the default).
 
+        The profile follows the names: ``branch_length`` or ``min/max_match_window_size`` give
+        ``"sglang-0.5.9"``; ``max_trie_depth`` (or the external-corpus arguments) give
+        ``"sglang-0.5.23"``, as do the names both releases share alone.  Names of both eras
+        together are an error.  A 0.5.9 server ignored ``match_type`` (it always ran BFS); this
+        profile honours it, so leave it at ``"BFS"`` to reproduce such a server.
+
         Examples
         --------
         >>> cfg = NgramConfig.from_sglang_args({"--speculative-ngram-max-bfs-breadth": 8,
         ...                                     "speculative_num_draft_tokens": 16})
-        >>> (cfg.max_bfs_breadth, cfg.draft_token_num)
-        (8, 16)
+        >>> (cfg.profile, cfg.max_bfs_breadth, cfg.draft_token_num)
+        ('sglang-0.5.23', 8, 16)
+        >>> old = NgramConfig.from_sglang_args({"speculative_ngram_max_match_window_size": 8,
+        ...                                     "speculative_ngram_branch_length": 12})
+        >>> (old.profile, old.branch_length, old.max_match_window_size, old.draft_token_num)
+        ('sglang-0.5.9', 12, 8, 8)
         """
         if not isinstance(args, Mapping):
             raise TypeError(f"args must be a mapping of SGLang argument names to values, "
                             f"got {type(args).__name__}")
+        era_names = {p: set(names) for p, names in _SGLANG_PROFILE_ARGS.items()}
+        era_names["sglang-0.5.23"] |= set(_SGLANG_UNSUPPORTED)
+        all_args = dict(_SGLANG_SHARED_ARGS)
+        for names in _SGLANG_PROFILE_ARGS.values():
+            all_args.update(names)
         known = sorted(["speculative_algorithm", "speculative_num_draft_tokens"]
-                       + [f"speculative_ngram_{k}" for k in _SGLANG_ARG_FIELDS
-                          if k != "num_draft_tokens"])
+                       + [f"speculative_ngram_{k}" for k in all_args if k != "num_draft_tokens"])
         fields: dict[str, Any] = {}
+        seen: dict[str, str] = {}  # profile -> first raw name of that era
         for raw_name, value in args.items():
             if not isinstance(raw_name, str):
                 raise TypeError(f"argument names must be str, got {raw_name!r}")
@@ -156,17 +268,25 @@ class NgramConfig:
                 name = name[len("ngram_"):]
                 if name == "num_draft_tokens":  # SGLang spells it without "ngram_"
                     name = "ngram_num_draft_tokens"
+            for profile, names in era_names.items():
+                if name in names:
+                    seen.setdefault(profile, raw_name)
+            if len(seen) > 1:
+                new, old = seen["sglang-0.5.23"], seen["sglang-0.5.9"]
+                raise ValueError(f"{new!r} (SGLang 0.5.23) and {old!r} (SGLang 0.5.9, window "
+                                 "era) belong to different SGLang releases; pass the arguments "
+                                 "of one release")
             if name in _SGLANG_UNSUPPORTED:
                 # Unset (None / 0) is fine; the token cap means nothing without a corpus.
                 if value in (None, 0) or name == "external_corpus_max_tokens":
                     continue
                 raise ValueError(f"{raw_name}: SGLang's external corpus (suffix automaton) is "
                                  f"not supported by ngramspec")
-            if name not in _SGLANG_ARG_FIELDS:
+            if name not in all_args:
                 raise ValueError(f"unknown SGLang argument {raw_name!r}; known: {', '.join(known)}")
-            field = _SGLANG_ARG_FIELDS[name]
+            field = all_args[name]
             if field in fields:
                 raise ValueError(f"{raw_name} given twice (as another spelling of {field})")
-            if value is not None:
-                fields[field] = value
-        return cls(**fields)
+            fields[field] = value
+        profile = next(iter(seen), "sglang-0.5.23")
+        return cls(**{k: v for k, v in fields.items() if v is not None}, profile=profile)

@@ -7,9 +7,10 @@ import numpy as np
 import ngramspec as ns
 
 
-def replay(scenario: dict, backend: str = "reference") -> tuple[int, list[str]]:
+def replay(scenario: dict, backend: str = "reference",
+           profile: str = "sglang-0.5.23") -> tuple[int, list[str]]:
     """Apply the scenario's ops to one cache; return (matches checked, mismatch descriptions)."""
-    cache = ns.NgramCache(**scenario["params"], backend=backend)
+    cache = ns.NgramCache(**scenario["params"], profile=profile, backend=backend)
     checked, failures = 0, []
     for k, op in enumerate(scenario["ops"]):
         kind = op["op"]
@@ -20,7 +21,9 @@ def replay(scenario: dict, backend: str = "reference") -> tuple[int, list[str]]:
         elif kind == "erase":
             cache.erase(op["req_ids"])
         elif kind == "match":
-            d = cache.match(op["tokens"], request_ids=op["req_ids"], total_lens=op["total_lens"])
+            # The 0.5.9 (window-era) file has no req_ids / total_lens: its matcher is stateless.
+            d = cache.match(op["tokens"], request_ids=op.get("req_ids"),
+                            total_lens=op.get("total_lens"))
             checked += 1
             tokens = np.asarray(op["expect_tokens"], dtype=np.int32)
             mask = np.asarray(op["expect_mask"], dtype=np.uint8).astype(bool)

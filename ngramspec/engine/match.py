@@ -1,4 +1,5 @@
-"""Anchor matching kernels with SGLang's per-request ``MatchState`` (spec section 3.2).
+"""Anchor matching kernels: SGLang 0.5.23's per-request ``MatchState`` (spec section 3.2), and
+0.5.9's stateless match windows (:func:`window_anchors`, legacy spec section 3).
 
 States live in a table of flat arrays, one row per state: epoch, processed total length, the
 number of stored suffix references, and per suffix length ``d`` a (node, version) reference
@@ -10,7 +11,7 @@ from __future__ import annotations
 from .._jit import jit
 from .trie import M_EPOCH, child_of
 
-__all__ = ["match_anchors"]
+__all__ = ["match_anchors", "window_anchors"]
 
 
 @jit
@@ -75,5 +76,23 @@ def match_anchors(ctx, total_len, s, max_depth, ver, nchild, ht_key, ht_val, met
         if node != -1 and nchild[node] > 0:
             out_nodes[count] = node
             out_depths[count] = d
+            count += 1
+    return count
+
+
+@jit
+def window_anchors(ctx, min_w, max_w, nchild, ht_key, ht_val, out_nodes, out_depths):
+    """SGLang 0.5.9's stateless anchors: the suffixes of ``min_w .. max_w`` tokens that are trie
+    paths with children, longest first, written to ``out_*``; returns their count."""
+    count = 0
+    for w in range(min(ctx.size, max_w), min_w - 1, -1):
+        cur = 0
+        for k in range(ctx.size - w, ctx.size):
+            cur = child_of(ht_key, ht_val, cur, ctx[k])
+            if cur == -1:
+                break
+        if cur != -1 and nchild[cur] > 0:
+            out_nodes[count] = cur
+            out_depths[count] = w
             count += 1
     return count

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._jit import jit
 
-__all__ = ["build_bfs", "build_prob", "fill_result"]
+__all__ = ["build_bfs", "build_bfs_scheduled", "build_prob", "fill_result"]
 
 
 @jit
@@ -97,17 +97,34 @@ def _tree_reset(t_head, t_cnt, t_bc):
 def build_bfs(anchor_nodes, anchor_depths, n_anchors, budget, max_depth, min_b, max_b, tok,
               c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order,
               q_par, q_breadth, q_node):
-    """Recency BFS below every anchor into one tree; returns the drafted node count."""
-    _tree_reset(t_head, t_cnt, t_bc)
+    """SGLang 0.5.23's recency BFS (anchor depths ``d``, ``top = steps = max(1, max_depth - 1)``);
+    returns the drafted node count.  See :func:`build_bfs_scheduled`."""
     mmd = max(1, max_depth - 1)
-    scale = float(max_b - min_b) / mmd
+    return build_bfs_scheduled(anchor_nodes, anchor_depths, n_anchors, budget, mmd, mmd, min_b,
+                               max_b, tok, c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc,
+                               bucket_counts, order, q_par, q_breadth, q_node)
+
+
+@jit
+def build_bfs_scheduled(anchor_nodes, anchor_depths, n_anchors, budget, top, steps, min_b,
+                        max_b, tok, c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc,
+                        bucket_counts, order, q_par, q_breadth, q_node):
+    """Recency BFS below every anchor into one tree; returns the drafted node count.
+
+    Below an anchor of length ``d`` the breadth (a double) starts at
+    ``(top - d) * scale + min_b`` with ``scale = (max_b - min_b) / steps`` and drops by
+    ``scale`` per level.  SGLang 0.5.23: ``top = steps = max(1, max_trie_depth - 1)``;
+    0.5.9: ``top = max_match_window_size``, ``steps = max_w - min_w + 1``.
+    """
+    _tree_reset(t_head, t_cnt, t_bc)
+    scale = float(max_b - min_b) / steps
     cursor = 1
     qcap = q_par.size
     for a in range(n_anchors):
         head = 0
         tail = 1
         q_par[0] = 0
-        q_breadth[0] = (mmd - anchor_depths[a]) * scale + min_b
+        q_breadth[0] = float(top - anchor_depths[a]) * scale + float(min_b)
         q_node[0] = anchor_nodes[a]
         while head < tail and cursor <= budget:
             par = q_par[head]

@@ -5,9 +5,9 @@ SGLang's golden outputs.
 """
 
 from .backend import ReferenceBackend
-from .match import MatchState, match_anchors
-from .tree import build_bfs, build_prob, fill_result
+from .match import MatchState, match_anchors, window_anchors
+from .tree import BreadthSchedule, build_bfs, build_prob, fill_result
 from .trie import Node, Trie
 
-__all__ = ["ReferenceBackend", "MatchState", "match_anchors", "build_bfs", "build_prob",
-           "fill_result", "Node", "Trie"]
+__all__ = ["ReferenceBackend", "MatchState", "match_anchors", "window_anchors", "BreadthSchedule",
+           "build_bfs", "build_prob", "fill_result", "Node", "Trie"]

@@ -7,27 +7,52 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from ..config import NgramConfig
-from .match import MatchState, match_anchors
-from .tree import build_bfs, build_prob, fill_result
+from .match import MatchState, match_anchors, window_anchors
+from .tree import BreadthSchedule, build_bfs, build_prob, fill_result
 from .trie import Trie
 
 __all__ = ["ReferenceBackend"]
 
 
 class ReferenceBackend:
-    """SGLang 0.5.23's ``Ngram`` object: one trie plus the match states of live requests.
+    """SGLang's ``Ngram`` object: one trie plus (0.5.23) the match states of live requests.
 
+    The two profiles share the trie, the builders and the layout; they differ in three named
+    pieces chosen here: which suffix starts an insert walks (:meth:`insert`), which context
+    suffixes are anchors (:meth:`_anchors`) and the BFS breadth schedule (``self.schedule``).
     Inputs arrive validated (1-D int32 arrays, consistent lengths) from :class:`NgramCache`.
     """
 
     def __init__(self, config: NgramConfig) -> None:
         self.config = config
-        self.trie = Trie(config.max_trie_depth, config.capacity)
+        self.trie = Trie(config.trie_depth, config.capacity)
         self.states: dict[Hashable, MatchState] = {}
+        if config.stateful:
+            self.schedule = BreadthSchedule.sglang_0523(
+                config.trie_depth, config.min_bfs_breadth, config.max_bfs_breadth)
+            self.insert_skip = 0  # 0.5.23 inserts every suffix, the last token alone included
+        else:
+            lo, hi = config.min_match_window_size, config.max_match_window_size
+            assert lo is not None and hi is not None
+            self.schedule = BreadthSchedule.sglang_059(
+                lo, hi, config.min_bfs_breadth, config.max_bfs_breadth)
+            self.insert_skip = lo  # 0.5.9 skips the suffixes of min_match_window_size or fewer
 
     def insert(self, sequences: Sequence[np.ndarray]) -> None:
         for seq in sequences:
-            self.trie.insert(seq.tolist())
+            tokens = seq.tolist()
+            # Suffix starts i with i + skip < len(tokens).
+            self.trie.insert(tokens, range(max(0, len(tokens) - self.insert_skip)))
+
+    def _anchors(self, context: list[int], key: Hashable | None, total_len: int):
+        cfg = self.config
+        if not cfg.stateful:
+            assert cfg.min_match_window_size is not None and cfg.max_match_window_size is not None
+            return window_anchors(self.trie, context, cfg.min_match_window_size,
+                                  cfg.max_match_window_size)
+        # 0.5.23: the request's state; without an id, a fresh one (a stateless rebuild).
+        state = MatchState() if key is None else self.states.setdefault(key, MatchState())
+        return match_anchors(self.trie, state, context, total_len)
 
     def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
               total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -39,16 +64,13 @@ class ReferenceBackend:
         for b, ctx in enumerate(contexts):
             context = ctx.tolist()
             if keys is None:
-                state = MatchState()  # stateless: a fresh state rebuilds from the context
-                total_len = len(context)
+                key, total_len = None, len(context)
             else:
-                state = self.states.setdefault(keys[b], MatchState())
                 assert total_lens is not None
-                total_len = int(total_lens[b])
-            anchors = match_anchors(self.trie, state, context, total_len)
+                key, total_len = keys[b], int(total_lens[b])
+            anchors = self._anchors(context, key, total_len)
             if cfg.match_type == "BFS":
-                tree, used = build_bfs(anchors, cfg.budget, cfg.max_trie_depth,
-                                       cfg.min_bfs_breadth, cfg.max_bfs_breadth)
+                tree, used = build_bfs(anchors, cfg.budget, self.schedule)
             else:
                 tree, used = build_prob(anchors, cfg.budget, cfg.max_bfs_breadth)
             tokens[b], mask[b] = fill_result(context[-1], n, tree)

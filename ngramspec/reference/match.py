@@ -1,4 +1,5 @@
-"""Anchor matching with SGLang 0.5.23's per-request ``MatchState`` (spec section 3.2).
+"""Anchor matching: SGLang 0.5.23's per-request ``MatchState`` (spec section 3.2), and 0.5.9's
+stateless match windows (legacy spec section 3).
 
 An anchor is the trie node reached by the length-``d`` suffix of the context.  A state caches
 one reference per suffix length, advanced incrementally as the request grows; a suffix that was
@@ -12,7 +13,7 @@ from typing import Sequence
 
 from .trie import Node, Trie
 
-__all__ = ["MatchState", "match_anchors"]
+__all__ = ["MatchState", "match_anchors", "window_anchors"]
 
 Ref = tuple[Node, int] | None  # (node, its version when stored), or no node
 
@@ -79,3 +80,20 @@ def match_anchors(trie: Trie, state: MatchState, context: Sequence[int],
         _rebuild(trie, state, context, total_len)
     return [(ref[0], d) for d, ref in reversed(list(enumerate(state.anchors, start=1)))
             if ref is not None and ref[0].children]
+
+
+def window_anchors(trie: Trie, context: Sequence[int], min_window: int,
+                   max_window: int) -> list[tuple[Node, int]]:
+    """SGLang 0.5.9's anchors: the context suffixes of ``min_window .. max_window`` tokens.
+
+    Stateless: a pure function of the trie and the context.  Returns ``(node, w)`` for every
+    window length ``w`` from ``min(len(context), max_window)`` down to ``min_window`` whose
+    suffix is a trie path with at least one child (0.5.9 keeps leaf anchors too, but they add
+    nothing to a tree).
+    """
+    anchors = []
+    for w in range(min(len(context), max_window), min_window - 1, -1):
+        node = trie.walk(context[len(context) - w:])
+        if node is not None and node.children:
+            anchors.append((node, w))
+    return anchors

@@ -8,40 +8,71 @@ which ``fill_result`` lays siblings out.
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from ..stdorder import StdPriorityQueue, UnorderedMapOrder
 from .trie import Node
 
-__all__ = ["build_bfs", "build_prob", "fill_result", "bfs_start_breadth"]
+__all__ = ["build_bfs", "build_prob", "fill_result", "bfs_start_breadth", "BreadthSchedule"]
 
 Tree = list[UnorderedMapOrder]
 
 
-def _bfs_scale(max_depth: int, min_breadth: int, max_breadth: int) -> float:
-    """How much the BFS breadth (a double) shrinks per level and per unit of anchor depth."""
-    return float(max_breadth - min_breadth) / max(1, max_depth - 1)
+class BreadthSchedule(NamedTuple):
+    """How the BFS breadth (a double) starts below an anchor and shrinks level by level.
+
+    Below an anchor of length ``d`` the breadth starts at ``(top - d) * scale + min_breadth``
+    and drops by ``scale = (max_breadth - min_breadth) / steps`` per level; each level uses
+    ``max(1, trunc(breadth))`` children.  The two SGLang eras differ only in ``top`` and
+    ``steps`` (see the two constructors).
+    """
+
+    top: int
+    steps: int
+    min_breadth: int
+    max_breadth: int
+
+    @classmethod
+    def sglang_0523(cls, max_depth: int, min_breadth: int, max_breadth: int) -> "BreadthSchedule":
+        """0.5.23: anchors are trie depths; ``top = steps = max(1, max_depth - 1)``."""
+        mmd = max(1, max_depth - 1)
+        return cls(mmd, mmd, min_breadth, max_breadth)
+
+    @classmethod
+    def sglang_059(cls, min_window: int, max_window: int, min_breadth: int,
+                   max_breadth: int) -> "BreadthSchedule":
+        """0.5.9: anchors are match windows; ``top = max_window``,
+        ``steps = max_window - min_window + 1`` (so the start never quite reaches the max)."""
+        return cls(max_window, max_window - min_window + 1, min_breadth, max_breadth)
+
+    @property
+    def scale(self) -> float:
+        return float(self.max_breadth - self.min_breadth) / self.steps
+
+    def start(self, d: int) -> float:
+        """Breadth (a double) at which BFS starts below an anchor of length ``d``."""
+        return float(self.top - d) * self.scale + float(self.min_breadth)
 
 
 def bfs_start_breadth(d: int, max_depth: int, min_breadth: int, max_breadth: int) -> float:
-    """Breadth (a double) at which BFS starts below an anchor of depth ``d``."""
-    mmd = max(1, max_depth - 1)
-    return (mmd - d) * _bfs_scale(max_depth, min_breadth, max_breadth) + min_breadth
+    """Breadth (a double) at which 0.5.23's BFS starts below an anchor of depth ``d``."""
+    return BreadthSchedule.sglang_0523(max_depth, min_breadth, max_breadth).start(d)
 
 
-def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int, max_depth: int,
-              min_breadth: int, max_breadth: int) -> tuple[Tree, int]:
+def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int,
+              schedule: BreadthSchedule) -> tuple[Tree, int]:
     """Expand every anchor breadth-first by recency into one shared tree of ``budget`` nodes.
 
-    Returns the tree and the number of drafted nodes.
+    ``anchors`` are ``(node, length)`` pairs, longest first.  Returns the tree and the number
+    of drafted nodes.
     """
-    scale = _bfs_scale(max_depth, min_breadth, max_breadth)
+    scale = schedule.scale
     tree: Tree = [UnorderedMapOrder() for _ in range(budget + 1)]
     cursor = 1
     for anchor, d in anchors:
-        queue = deque([(0, bfs_start_breadth(d, max_depth, min_breadth, max_breadth), anchor)])
+        queue = deque([(0, schedule.start(d), anchor)])
         while queue and cursor <= budget:
             parent, breadth_f, node = queue.popleft()
             breadth = max(1, int(breadth_f))  # C++ double -> int truncates toward zero
