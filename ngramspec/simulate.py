@@ -1,0 +1,463 @@
+"""Offline acceptance simulation: SGLang's serving loop replayed on recorded greedy streams.
+
+The loop (SGLang 0.5.23, greedy verification), exactly::
+
+    queue = streams in file order; running = []
+    until queue and running are empty:
+        while queue and len(running) < concurrency:           # admission (prefill)
+            take the next stream; out = [output_ids[0]]        # prefill emits the first token
+            if it has more output tokens, append it to running # (prefill neither matches nor inserts)
+        contexts   = last max_trie_depth tokens of prompt+out, per running request, in order
+        total_lens = len(prompt) + len(out)
+        drafts = cache.match(contexts, request_ids=ids, total_lens=total_lens)
+        per request: greedy-verify its tree against the recorded continuation
+            output_ids[len(out):] (the target's argmax along the recorded path is the next
+            recorded token); emitted = accepted drafts + bonus, cut at the end of the recording
+        cache.insert(contexts)                                 # the same windows, batch order
+        append emitted to out; requests whose out is complete leave running (order kept)
+        (and their match states are erased)
+
+With the ``numba`` backend and the default profile the whole loop runs in one compiled kernel
+(:mod:`ngramspec.engine.replay`), in chunks so that progress can be shown; otherwise it is
+driven step by step through the public :class:`~ngramspec.NgramCache` and
+:func:`~ngramspec.verify_greedy` (the reference path, and the profile ``sglang-0.5.9``, whose
+worker matches the last ``max_match_window_size`` tokens and inserts the last
+``branch_length``).  Both give identical per-step counts (tested).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Hashable, Sequence
+
+import numpy as np
+
+from .cache import BACKENDS, NgramCache
+from .config import NgramConfig
+from .streams import StreamSource, read_streams
+from .verify import verify_greedy
+
+__all__ = ["simulate", "SimulationResult", "Summary"]
+
+#: Fields of a record that are token data, not metadata.
+TOKEN_FIELDS = ("prompt_ids", "output_ids")
+
+ProgressFn = Callable[[int, int], None]
+
+# Verify steps per compiled chunk between progress reports.
+_CHUNK_STEPS = 4096
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Pooled figures over a set of requests (all verify steps of all of them).
+
+    Attributes
+    ----------
+    requests : int
+        Requests included.
+    verify_steps : int
+        Verify steps (decode steps with speculation) over all of them.
+    emitted_tokens : int
+        Tokens emitted by those steps (the first output token of each request comes from the
+        prefill and is not counted).
+    tokens_per_step : float
+        ``emitted_tokens / verify_steps``: SGLang's mean accept length (accepted drafts +
+        bonus), pooled.  1.0 means speculation never helped.  NaN without steps.
+    acceptance_by_depth : list of float
+        ``[k-1]``: share of steps that accepted at least ``k`` drafts, ``k = 1 .. n-1``
+        (``n = draft_token_num``).  Their sum is ``tokens_per_step - 1``.  Accepted token-0
+        padding counts, as in SGLang's accept length.
+    draft_nodes_per_step : float
+        Real draft nodes per tree (padding excluded), mean over steps.
+    share_steps_with_draft : float
+        Share of steps whose tree held at least one real draft.
+    """
+
+    requests: int
+    verify_steps: int
+    emitted_tokens: int
+    tokens_per_step: float
+    acceptance_by_depth: list[float]
+    draft_nodes_per_step: float
+    share_steps_with_draft: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _summarise(emitted: Sequence[np.ndarray], drafts: Sequence[np.ndarray], n: int) -> Summary:
+    em = np.concatenate(emitted) if emitted else np.zeros(0, np.int32)
+    dr = np.concatenate(drafts) if drafts else np.zeros(0, np.int32)
+    steps = int(em.size)
+    total = int(em.sum())
+    if steps:
+        acc = np.bincount(em.astype(np.int64) - 1, minlength=n)[:n]
+        at_least = acc[::-1].cumsum()[::-1] / steps  # at_least[k] = share with >= k accepted
+        by_depth = [float(x) for x in at_least[1:n]]
+        tps = total / steps
+        nodes = float(dr.mean())
+        share = float(np.count_nonzero(dr) / steps)
+    else:
+        by_depth = [0.0] * (n - 1)
+        tps = nodes = share = float("nan")
+    return Summary(len(emitted), steps, total, tps, by_depth, nodes, share)
+
+
+@dataclass
+class SimulationResult:
+    """Outcome of :func:`simulate`: per-request, per-step counts and pooled aggregates.
+
+    Attributes
+    ----------
+    config : NgramConfig
+        The drafter's settings.
+    concurrency : int
+        Requests decoded together (SGLang's running batch size, at most).
+    backend : str
+        ``"numba"`` or ``"reference"``.
+    ids : list
+        Request ids, in file order.
+    metadata : list of dict
+        Per request, every field of its record except the token lists.
+    prompt_lens, output_lens : np.ndarray
+        (R,) int64 token counts.
+    emitted : list of np.ndarray
+        Per request, int32: ``emitted[r][k]`` = tokens emitted at its verify step ``k``
+        (accepted drafts + bonus, cut at the end of the recording).  They sum to
+        ``output_lens[r] - 1``.
+    drafts : list of np.ndarray
+        Per request, int32: real draft nodes in its tree at each verify step.
+    draft_seconds : float
+        CPU time spent drafting (matching, building trees, inserting; in the compiled loop
+        also the verification bookkeeping, a small part), over the whole run.
+    wall_seconds : float
+        Wall time of the replay (stream reading excluded).
+    batch_steps : int
+        Serving-loop iterations (one target forward each); at concurrency 1 the verify steps.
+    """
+
+    config: NgramConfig
+    concurrency: int
+    backend: str
+    ids: list[Hashable]
+    metadata: list[dict[str, Any]]
+    prompt_lens: np.ndarray
+    output_lens: np.ndarray
+    emitted: list[np.ndarray]
+    drafts: list[np.ndarray]
+    draft_seconds: float
+    wall_seconds: float
+    batch_steps: int
+    _summary: Summary | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"SimulationResult(requests={s.requests}, verify_steps={s.verify_steps}, "
+                f"tokens_per_step={s.tokens_per_step:.4f}, concurrency={self.concurrency}, "
+                f"match_type={self.config.match_type!r})")
+
+    @property
+    def summary(self) -> Summary:
+        """Pooled figures over all requests."""
+        if self._summary is None:
+            self._summary = _summarise(self.emitted, self.drafts, self.config.draft_token_num)
+        return self._summary
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Total emitted tokens / total verify steps (SGLang's accept length, pooled)."""
+        return self.summary.tokens_per_step
+
+    @property
+    def verify_steps(self) -> int:
+        return self.summary.verify_steps
+
+    @property
+    def draft_ms_per_step(self) -> float:
+        """Drafting CPU time per serving-loop iteration (one batch's match + insert), ms."""
+        return 1e3 * self.draft_seconds / max(self.batch_steps, 1)
+
+    @property
+    def output_tokens_per_second(self) -> float:
+        """Recorded output tokens replayed per second of wall time (the simulator's speed)."""
+        return float(self.output_lens.sum()) / self.wall_seconds if self.wall_seconds else 0.0
+
+    def groups(self, by: str) -> dict[str, list[int]]:
+        """Request indices per value of metadata field ``by`` (first-seen order)."""
+        if not isinstance(by, str):
+            raise TypeError(f"by must be a metadata field name (str), got {type(by).__name__}")
+        if by not in ("id",) and not any(by in m for m in self.metadata):
+            fields = sorted({k for m in self.metadata for k in m})
+            raise KeyError(f"by={by!r}: no request has that field; fields: {', '.join(fields)}")
+        out: dict[str, list[int]] = {}
+        for i, m in enumerate(self.metadata):
+            value = self.ids[i] if by == "id" else m.get(by, "(missing)")
+            out.setdefault(str(value), []).append(i)
+        return out
+
+    def by(self, field_name: str) -> dict[str, Summary]:
+        """Pooled figures per value of a metadata field (e.g. ``"task"``).
+
+        Examples
+        --------
+        >>> import ngramspec as ns
+        >>> rows = [{"id": i, "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 1, 2, 3, 4],
+        ...          "task": "ab"[i % 2]} for i in range(4)]
+        >>> r = ns.simulate(rows, ns.NgramConfig(capacity=10_000), backend="reference")
+        >>> {k: round(v.tokens_per_step, 3) for k, v in r.by("task").items()}
+        {'a': 2.0, 'b': 3.0}
+        """
+        n = self.config.draft_token_num
+        return {k: _summarise([self.emitted[i] for i in idx], [self.drafts[i] for i in idx], n)
+                for k, idx in self.groups(field_name).items()}
+
+    def to_dict(self, *, by: str | None = None) -> dict[str, Any]:
+        """The JSON report: ``{"config", "summary", ["groups"], "requests"}``.
+
+        ``requests[r]`` holds ``id``, ``emitted`` (tokens emitted at each verify step),
+        ``drafts`` (real draft nodes at each step), ``prompt_tokens``, ``output_tokens`` and
+        the record's scalar metadata fields.
+        """
+        summary = self.summary.to_dict()
+        summary.update(concurrency=self.concurrency, backend=self.backend,
+                       batch_steps=self.batch_steps,
+                       output_tokens=int(self.output_lens.sum()),
+                       draft_ms_per_step=self.draft_ms_per_step,
+                       wall_seconds=self.wall_seconds,
+                       output_tokens_per_second=self.output_tokens_per_second)
+        out: dict[str, Any] = {"config": asdict(self.config), "summary": summary}
+        if by is not None:
+            out["groups"] = {k: v.to_dict() for k, v in self.by(by).items()}
+        reqs = []
+        for i, rid in enumerate(self.ids):
+            row: dict[str, Any] = {"id": rid, "emitted": self.emitted[i].tolist(),
+                                   "drafts": self.drafts[i].tolist(),
+                                   "prompt_tokens": int(self.prompt_lens[i]),
+                                   "output_tokens": int(self.output_lens[i])}
+            for k, v in self.metadata[i].items():
+                if k not in row and (v is None or isinstance(v, (str, int, float, bool))):
+                    row[k] = v
+            reqs.append(row)
+        out["requests"] = reqs
+        return out
+
+
+def _check_args(config: Any, concurrency: Any, backend: Any) -> NgramConfig:
+    if config is None:
+        config = NgramConfig()
+    if not isinstance(config, NgramConfig):
+        raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)):
+        raise TypeError(f"concurrency must be an int >= 1, got {type(concurrency).__name__} "
+                        f"{concurrency!r}")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1 (requests decoded together), got "
+                         f"{concurrency}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    return config
+
+
+def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
+             concurrency: int = 1, backend: str = "numba",
+             progress: ProgressFn | None = None) -> SimulationResult:
+    """Replay SGLang's serving loop with n-gram speculation on recorded greedy streams.
+
+    Parameters
+    ----------
+    streams : path, list of paths, or iterable of records
+        Recorded streams (see :func:`~ngramspec.read_streams`): each a request's ``id``,
+        ``prompt_ids`` and greedy ``output_ids``; replayed in this order.
+    config : NgramConfig, optional
+        Drafter settings (SGLang's server defaults if omitted).  ``capacity`` is honoured
+        (eviction included); memory follows the nodes actually used.
+    concurrency : int
+        Requests decoded together; new requests are admitted as others finish, in order.  One
+        trie is shared by all (as in a server).
+    backend : {"numba", "reference"}
+        ``"numba"``: the compiled loop (default profile) or the Numba cache driven step by step
+        (profile ``"sglang-0.5.9"``).  ``"reference"``: the pure-Python cache, step by step.
+    progress : callable(done, total), optional
+        Called now and then with output tokens replayed so far and in total.
+
+    Returns
+    -------
+    SimulationResult
+
+    Examples
+    --------
+    >>> import ngramspec as ns
+    >>> rows = [{"id": "a", "prompt_ids": [7, 1, 2, 3, 4, 5], "output_ids": [1, 2, 3, 4, 5, 6]},
+    ...         {"id": "b", "prompt_ids": [9], "output_ids": [1, 2, 3, 4, 5, 6, 8]}]
+    >>> r = ns.simulate(rows, ns.NgramConfig(draft_token_num=4, capacity=10_000))
+    >>> [e.tolist() for e in r.emitted]     # tokens emitted at each verify step
+    [[1, 1, 1, 1, 1], [1, 4, 1]]
+    >>> r.summary.verify_steps, round(r.tokens_per_step, 3)
+    (8, 1.375)
+    """
+    config = _check_args(config, concurrency, backend)
+    rows = read_streams(streams)
+    if not rows:
+        raise ValueError("streams holds no requests")
+    concurrency = int(concurrency)
+    prompts = [np.asarray(r["prompt_ids"], dtype=np.int32) for r in rows]
+    outputs = [np.asarray(r["output_ids"], dtype=np.int32) for r in rows]
+    t0 = time.perf_counter()
+    if backend == "numba" and config.profile == "sglang-0.5.23":
+        emitted, drafts, cpu, batch_steps = _replay_compiled(prompts, outputs, config,
+                                                             concurrency, progress)
+    else:
+        emitted, drafts, cpu, batch_steps = _replay_api(prompts, outputs, config, concurrency,
+                                                        backend, [r["id"] for r in rows],
+                                                        progress)
+    wall = time.perf_counter() - t0
+    return SimulationResult(
+        config=config, concurrency=concurrency, backend=backend, ids=[r["id"] for r in rows],
+        metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
+        prompt_lens=np.asarray([p.size for p in prompts], np.int64),
+        output_lens=np.asarray([o.size for o in outputs], np.int64),
+        emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
+        batch_steps=batch_steps)
+
+
+def _pack(seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    off = np.zeros(len(seqs) + 1, np.int64)
+    np.cumsum([s.size for s in seqs], out=off[1:])
+    flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
+    return np.ascontiguousarray(flat, dtype=np.int32), off
+
+
+def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
+                     progress: ProgressFn | None):
+    from .engine.backend import _BUCKET_COUNTS  # imports numba: only when simulating
+    from .engine.replay import DONE, L_NRUN, L_STEPS, NEED_ROOM, PAUSED, replay_kernel
+    from .engine.trie import TrieArrays
+
+    p_flat, p_off = _pack(prompts)
+    o_flat, o_off = _pack(outputs)
+    n_req = len(prompts)
+    depth = config.max_trie_depth
+    trie = TrieArrays(config.capacity)
+    rows = concurrency
+    st_epoch = np.zeros(rows, np.int64)
+    st_ptl = np.zeros(rows, np.int64)
+    st_n = np.zeros(rows, np.int32)
+    st_node = np.full((rows, depth), -1, np.int32)
+    st_ver = np.zeros((rows, depth), np.int64)
+    loop = np.zeros(3, np.int64)
+    run_req = np.zeros(concurrency, np.int64)
+    run_row = np.zeros(concurrency, np.int64)
+    free_rows = np.arange(concurrency - 1, -1, -1, dtype=np.int64)
+    out_len = np.zeros(n_req, np.int64)
+    # Request r has at most len(output) - 1 verify steps (each emits at least one token).
+    em_off = np.zeros(n_req + 1, np.int64)
+    np.cumsum([max(o.size - 1, 0) for o in outputs], out=em_off[1:])
+    em_steps = np.zeros(n_req, np.int64)
+    em_count = np.zeros(int(em_off[-1]), np.int32)
+    em_drafts = np.zeros(int(em_off[-1]), np.int32)
+    total_tokens = int(o_off[-1])
+    cpu = 0.0
+    chunk = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
+    while True:
+        t = trie
+        c0 = time.thread_time()
+        code = replay_kernel(
+            p_flat, p_off, o_flat, o_off, concurrency, depth, config.min_bfs_breadth,
+            config.max_bfs_breadth, config.budget, config.match_type == "PROB", config.capacity,
+            t.tok, t.par, t.freq, t.ver, t.c_head, t.c_next, t.c_prev, t.nchild, t.g_next,
+            t.g_prev, t.free, t.ht_key, t.ht_val, t.meta, st_epoch, st_ptl, st_n, st_node,
+            st_ver, _BUCKET_COUNTS, loop, run_req, run_row, free_rows, out_len, em_off,
+            em_steps, em_count, em_drafts, chunk)
+        cpu += time.thread_time() - c0
+        if code == DONE:
+            break
+        if code == NEED_ROOM:
+            need = int(loop[L_NRUN]) * depth * (depth + 1) // 2
+            from .engine.trie import M_FREETOP, M_UNUSED
+            while (trie.alloc < trie.capacity and trie.meta[M_FREETOP] + trie.alloc
+                   - trie.meta[M_UNUSED] < need):
+                trie.grow()
+        elif code == PAUSED:
+            if progress is not None:
+                progress(int(out_len.sum()), total_tokens)
+        else:
+            raise AssertionError(f"replay kernel failed with code {code}")
+    if progress is not None:
+        progress(total_tokens, total_tokens)
+    emitted = [em_count[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
+    drafts = [em_drafts[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
+    return emitted, drafts, cpu, int(loop[L_STEPS])
+
+
+def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.ndarray:
+    """The greedy target's argmax at every slot: the next recorded token where the slot's path
+    follows the recording.  Elsewhere any value would do (verification only reads the argmax
+    at accepted slots, which follow the recording); -1 is used."""
+    tokens = drafts.tokens
+    parents = drafts.parents
+    b, n = tokens.shape
+    pred = np.full((b, n), -1, np.int64)
+    for i, r in enumerate(rows):
+        rec = outputs[r][done[i]:]
+        follows = np.zeros(n, bool)
+        depth = np.zeros(n, np.int64)
+        follows[0] = True
+        for s in range(n):
+            if s:
+                p = parents[i, s]
+                depth[s] = depth[p] + 1
+                follows[s] = follows[p] and depth[p] < rec.size and tokens[i, s] == rec[depth[p]]
+            if follows[s] and depth[s] < rec.size:
+                pred[i, s] = rec[depth[s]]
+    return pred
+
+
+def _replay_api(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
+                ids: list[Hashable], progress: ProgressFn | None):
+    """The loop step by step through the public NgramCache and verify_greedy."""
+    cache = NgramCache(config=config, backend=backend)
+    full = [np.concatenate([p, o]) for p, o in zip(prompts, outputs)]
+    m_len, i_len = config.match_length, config.insert_length
+    n_req = len(prompts)
+    out_len = [0] * n_req
+    emitted: list[list[int]] = [[] for _ in range(n_req)]
+    drafts: list[list[int]] = [[] for _ in range(n_req)]
+    total_tokens = sum(o.size for o in outputs)
+    nxt, running, cpu, steps = 0, [], 0.0, 0
+    while nxt < n_req or running:
+        while nxt < n_req and len(running) < concurrency:
+            out_len[nxt] = 1
+            if outputs[nxt].size > 1:
+                running.append(nxt)
+            nxt += 1
+        if not running:
+            continue
+        lens = [prompts[r].size + out_len[r] for r in running]
+        contexts = [full[r][max(0, n - m_len):n] for r, n in zip(running, lens)]
+        windows = [full[r][max(0, n - i_len):n] for r, n in zip(running, lens)]
+        c0 = time.thread_time()
+        d = cache.match(contexts, request_ids=[ids[r] for r in running], total_lens=lens)
+        cpu += time.thread_time() - c0
+        pred = _recorded_argmax(d, running, outputs, [out_len[r] for r in running])
+        result = verify_greedy(d, pred)
+        c0 = time.thread_time()
+        cache.insert(windows)
+        cpu += time.thread_time() - c0
+        steps += 1
+        for b, r in enumerate(running):
+            e = min(int(result.accept_lens[b]), outputs[r].size - out_len[r])
+            emitted[r].append(e)
+            drafts[r].append(int(d.num_drafts[b]))
+            out_len[r] += e
+        done = [r for r in running if out_len[r] == outputs[r].size]
+        if done:
+            cache.erase([ids[r] for r in done])
+            running = [r for r in running if out_len[r] < outputs[r].size]
+        if progress is not None and steps % 256 == 0:
+            progress(sum(out_len), total_tokens)
+    if progress is not None:
+        progress(total_tokens, total_tokens)
+    return ([np.asarray(e, np.int32) for e in emitted], [np.asarray(d, np.int32) for d in drafts],
+            cpu, steps)

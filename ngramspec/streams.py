@@ -1,0 +1,233 @@
+"""Recorded token streams: reading and writing JSON Lines (optionally gzipped) and Parquet.
+
+A stream is one request as the target model served it under greedy decoding: its ``id``, the
+``prompt_ids`` the model saw and the ``output_ids`` it produced, in order.  Any other field
+(``task``, ``model``, texts, ...) is kept as metadata and can be used to group reports.
+
+Records are plain dicts; ``prompt_ids`` and ``output_ids`` are returned as lists of ints
+exactly as stored.  Reading is all or nothing: a malformed line raises :class:`StreamError`
+naming the file and the line, and nothing is returned.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from importlib.resources import as_file, files
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Union
+
+__all__ = ["StreamError", "read_streams", "write_streams", "embedded_streams_path",
+           "validate_record", "REQUIRED_FIELDS"]
+
+#: Fields every record must have.
+REQUIRED_FIELDS = ("id", "prompt_ids", "output_ids")
+
+#: The corpus shipped with the package (see ``ngramspec/data/NOTICE.md``).
+EMBEDDED = "qwen2.5-coder-0.5b-greedy.jsonl.gz"
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+StreamSource = Union[str, "os.PathLike[str]", Iterable[Any]]
+
+
+class StreamError(ValueError):
+    """A recorded stream that cannot be used; the message names where and what."""
+
+
+def embedded_streams_path() -> Path:
+    """Path of the recorded streams shipped inside the package (133 requests of
+    Qwen2.5-Coder-0.5B-Instruct, greedy; the default corpus of ``ngramspec simulate``).
+
+    Examples
+    --------
+    >>> from ngramspec.streams import embedded_streams_path, read_streams
+    >>> rows = read_streams(embedded_streams_path())
+    >>> len(rows), sorted(rows[0])[:4]
+    (133, ['backend', 'decoding', 'finish_reason', 'id'])
+    """
+    with as_file(files("ngramspec") / "data" / EMBEDDED) as p:
+        return Path(p)
+
+
+def _check_ids(value: Any, field: str, where: str, *, allow_empty: bool) -> list[int]:
+    if not isinstance(value, list):
+        raise StreamError(f"{where}: field {field!r} must be a list of integer token ids, "
+                          f"got {type(value).__name__}")
+    if not allow_empty and not value:
+        raise StreamError(f"{where}: field {field!r} is empty; a recorded output needs at least "
+                          "one token (the one the prefill emitted)")
+    for i, t in enumerate(value):
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise StreamError(f"{where}: {field}[{i}] must be an integer token id, got "
+                              f"{type(t).__name__} {t!r}")
+        if not _INT32_MIN <= t <= _INT32_MAX:
+            raise StreamError(f"{where}: {field}[{i}] = {t} is outside int32 "
+                              f"[{_INT32_MIN}, {_INT32_MAX}]")
+    return value
+
+
+def validate_record(record: Any, where: str = "record") -> dict:
+    """Check one record and return it as a dict (token lists as lists of ints).
+
+    Raises :class:`StreamError` naming ``where`` and the offending field.
+    """
+    if not isinstance(record, Mapping):
+        raise StreamError(f"{where}: a record must be a JSON object (a mapping) with fields "
+                          f"{', '.join(REQUIRED_FIELDS)}, got {type(record).__name__}")
+    missing = [f for f in REQUIRED_FIELDS if f not in record]
+    if missing:
+        raise StreamError(f"{where}: missing required field(s) {', '.join(map(repr, missing))} "
+                          f"(required: {', '.join(REQUIRED_FIELDS)})")
+    rid = record["id"]
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise StreamError(f"{where}: field 'id' must be a str or an int, got "
+                          f"{type(rid).__name__} {rid!r}")
+    out = dict(record)
+    for field, empty in (("prompt_ids", True), ("output_ids", False)):
+        value = out[field]
+        if not isinstance(value, list) and hasattr(value, "tolist") and not isinstance(
+                value, (str, bytes)):
+            value = value.tolist()  # NumPy or Arrow arrays from a Parquet reader
+        out[field] = _check_ids(value, field, where, allow_empty=empty)
+    return out
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, "rt", encoding="utf-8")
+
+
+def _read_jsonl(path: Path) -> Iterator[dict]:
+    with _open_text(path) as f:
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise StreamError(f"{where}: not valid JSON ({e.msg} at column {e.colno})"
+                                      ) from None
+                yield validate_record(obj, where)
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise StreamError(f"{path}: cannot be read as (gzipped) UTF-8 JSON Lines: {e}"
+                              ) from None
+
+
+def _read_parquet(path: Path) -> Iterator[dict]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise StreamError(f"{path}: reading Parquet needs pyarrow; install it with "
+                          "pip install 'ngramspec[parquet]'") from None
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as e:  # pyarrow raises several types for unreadable files
+        raise StreamError(f"{path}: cannot be read as Parquet: {e}") from None
+    for i, row in enumerate(rows):
+        yield validate_record(row, f"{path}: row {i}")
+
+
+def _read_path(path: Path) -> Iterator[dict]:
+    if not path.exists():
+        raise StreamError(f"streams: no such file {str(path)!r}")
+    if path.is_dir():
+        raise StreamError(f"streams: {str(path)!r} is a directory; pass the stream files "
+                          "(.jsonl, .jsonl.gz or .parquet)")
+    if path.suffix == ".parquet":
+        yield from _read_parquet(path)
+    else:
+        yield from _read_jsonl(path)
+
+
+def read_streams(source: StreamSource) -> list[dict]:
+    """Read recorded streams from files or from records, in order, checked.
+
+    Parameters
+    ----------
+    source : path, list of paths, or iterable of dicts
+        JSON Lines files (``.jsonl``; gzip is detected from the content, ``.gz`` or not) or
+        Parquet files (``.parquet``, needs ``pyarrow``), read in the order given; or records
+        already in memory.  Each record has ``id`` (str or int, unique), ``prompt_ids``
+        (list of int, may be empty) and ``output_ids`` (list of int, at least one token);
+        other fields are kept as they are.
+
+    Returns
+    -------
+    list of dict
+        One dict per request, in file order (copies: the caller's records are not modified).
+
+    Raises
+    ------
+    StreamError
+        A malformed record, with the file and line (or record index) and the field at fault;
+        also for duplicate ids.  Nothing is returned half-read.
+
+    Examples
+    --------
+    >>> from ngramspec import read_streams
+    >>> rows = read_streams([{"id": "a", "prompt_ids": [1, 2], "output_ids": [3, 4],
+    ...                       "task": "demo"}])
+    >>> rows[0]["task"], rows[0]["output_ids"]
+    ('demo', [3, 4])
+    >>> read_streams([{"id": "a", "prompt_ids": [1], "output_ids": []}])
+    Traceback (most recent call last):
+    ...
+    ngramspec.streams.StreamError: record 0: field 'output_ids' is empty; ...
+    """
+    if isinstance(source, (str, os.PathLike)):
+        paths: list[Any] = [source]
+    elif isinstance(source, (bytes, Mapping)):
+        raise TypeError(f"streams must be a path, a list of paths or an iterable of records, "
+                        f"got {type(source).__name__}")
+    else:
+        try:
+            paths = list(source)
+        except TypeError:
+            raise TypeError(f"streams must be a path, a list of paths or an iterable of "
+                            f"records, got {type(source).__name__}") from None
+    rows: list[dict] = []
+    for i, item in enumerate(paths):
+        if isinstance(item, (str, os.PathLike)):
+            rows.extend(_read_path(Path(item)))
+        else:
+            rows.append(validate_record(item, f"record {i}"))
+    seen: dict[Any, int] = {}
+    for i, row in enumerate(rows):
+        j = seen.setdefault(row["id"], i)
+        if j != i:
+            raise StreamError(f"streams: duplicate id {row['id']!r} (requests {j} and {i}); "
+                              "every request needs its own id")
+    return rows
+
+
+def write_streams(records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> int:
+    """Write records as JSON Lines (gzipped when ``path`` ends in ``.gz``); returns the count.
+
+    Each record is checked as :func:`read_streams` would check it, before anything is written.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from ngramspec.streams import write_streams, read_streams
+    >>> d = tempfile.mkdtemp()
+    >>> write_streams([{"id": 1, "prompt_ids": [5], "output_ids": [6, 7]}],
+    ...               os.path.join(d, "s.jsonl.gz"))
+    1
+    >>> read_streams(os.path.join(d, "s.jsonl.gz"))[0]["output_ids"]
+    [6, 7]
+    """
+    rows = read_streams(list(records))
+    p = Path(path)
+    opener = gzip.open if p.name.endswith(".gz") else open
+    with opener(p, "wt", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return len(rows)
