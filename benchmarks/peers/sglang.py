@@ -7,6 +7,10 @@ those sources with ``g++ -std=c++20 -O3`` (SGLang's own flags) together with a s
 ours, and wraps the result as :class:`SglangPeer`, with the same insert/match/erase/reset
 calls as ``NgramCache``.  Used by the benchmarks and the differential tests.
 
+The window-era core of ``sglang==0.5.9`` (``sglang/srt/speculative/cpp_ngram/ngram.cpp``,
+pybind-free once compiled beside our shim) is built the same way by ``build("0.5.9")`` and
+wrapped as :class:`SglangLegacyPeer` (profile ``"sglang-0.5.9"``).
+
 Build products are cached in ``$NGRAMSPEC_PEER_DIR`` (default: ``benchmarks/peers/.build``,
 git-ignored).
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 SGLANG_VERSION = "0.5.23"
+LEGACY_VERSION = "0.5.9"
 SOURCES = ("trie.cpp", "result.cpp", "ngram.cpp", "suffix_automaton.cpp")
 WHEEL_DIR = "sglang/kernels/jit/csrc/ngram_corpus/"
 
@@ -85,6 +90,65 @@ void peer_reset(void* h) { static_cast<Ngram*>(h)->reset(); }
 }
 """
 
+LEGACY_SHIM = r"""
+// C entry points over the window-era ngram::Ngram of sglang 0.5.9 (ours).
+#include "ngram.h"
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+using ngram::Ngram;
+using ngram::Param;
+static thread_local std::string g_error;
+extern "C" {
+const char* peer_error() { return g_error.c_str(); }
+void* peer_create(int64_t capacity, int64_t min_b, int64_t max_b, int64_t min_w, int64_t max_w,
+                  int64_t branch, int64_t draft, int prob) {
+  try {
+    Param p{};
+    p.enable = true; p.enable_router_mode = false;
+    p.min_bfs_breadth = min_b; p.max_bfs_breadth = max_b;
+    p.min_match_window_size = min_w; p.max_match_window_size = max_w;
+    p.branch_length = branch; p.draft_token_num = draft; p.match_type = prob ? "PROB" : "BFS";
+    return new Ngram(static_cast<size_t>(capacity), p);
+  } catch (const std::exception& e) { g_error = e.what(); return nullptr; }
+}
+void peer_destroy(void* h) { delete static_cast<Ngram*>(h); }
+int peer_insert(void* h, const int32_t* flat, const int64_t* offsets, int64_t n) {
+  try {
+    std::vector<std::vector<int32_t>> seqs(n + 1);
+    for (int64_t i = 0; i < n; ++i) seqs[i].assign(flat + offsets[i], flat + offsets[i + 1]);
+    // 0.5.9's synchronize() waits for an empty queue, not for the insert in flight: a trailing
+    // empty sequence (a no-op insert) is dequeued only after every real one is done.
+    auto* g = static_cast<Ngram*>(h);
+    g->asyncInsert(std::move(seqs));
+    g->synchronize();
+    return 0;
+  } catch (const std::exception& e) { g_error = e.what(); return 1; }
+}
+int peer_match(void* h, const int32_t* flat, const int64_t* offsets, int64_t n,
+               int32_t* out_tokens, uint8_t* out_mask) {
+  try {
+    std::vector<std::vector<int32_t>> ctx(n);
+    for (int64_t i = 0; i < n; ++i) ctx[i].assign(flat + offsets[i], flat + offsets[i + 1]);
+    auto r = static_cast<Ngram*>(h)->batchMatch(ctx);
+    std::memcpy(out_tokens, r.token.data(), r.token.size() * sizeof(int32_t));
+    std::memcpy(out_mask, r.mask.data(), r.mask.size());
+    return 0;
+  } catch (const std::exception& e) { g_error = e.what(); return 1; }
+}
+void peer_reset(void* h) { static_cast<Ngram*>(h)->reset(); }
+}
+"""
+
+# What to take from each wheel and how to drive it.
+_PEERS = {
+    SGLANG_VERSION: dict(wheel_dir=WHEEL_DIR, sources=SOURCES, shim=SHIM),
+    LEGACY_VERSION: dict(wheel_dir="sglang/srt/speculative/cpp_ngram/", sources=("ngram.cpp",),
+                         shim=LEGACY_SHIM),
+}
+
 
 class PeerUnavailable(RuntimeError):
     """The SGLang peer could not be built here (no g++, no PyPI access, ...)."""
@@ -95,7 +159,13 @@ def _cache_dir() -> Path:
 
 
 def build(version: str = SGLANG_VERSION) -> Path:
-    """Download, extract and compile the peer once; return the shared library's path."""
+    """Download, extract and compile the peer once; return the shared library's path.
+
+    ``version``: ``"0.5.23"`` (default) or ``"0.5.9"`` (the window-era core).
+    """
+    if version not in _PEERS:
+        raise ValueError(f"version must be one of {sorted(_PEERS)}, got {version!r}")
+    spec = _PEERS[version]
     out = _cache_dir() / f"sglang-{version}"
     lib = out / "libsglang_ngram_peer.so"
     if lib.exists():
@@ -113,11 +183,11 @@ def build(version: str = SGLANG_VERSION) -> Path:
         src = out / "src"
         with zipfile.ZipFile(wheel) as z:
             for name in z.namelist():
-                if name.startswith(WHEEL_DIR) and not name.endswith("/"):
+                if name.startswith(spec["wheel_dir"]) and not name.endswith("/"):
                     (src / Path(name).name).parent.mkdir(parents=True, exist_ok=True)
                     (src / Path(name).name).write_bytes(z.read(name))
-    (src / "peer_shim.cpp").write_text(SHIM)
-    files = [str(src / f) for f in SOURCES] + [str(src / "peer_shim.cpp")]
+    (src / "peer_shim.cpp").write_text(spec["shim"])
+    files = [str(src / f) for f in spec["sources"]] + [str(src / "peer_shim.cpp")]
     tmp_lib = lib.with_suffix(".so.tmp")
     cmd = [cxx, "-std=c++20", "-O3", "-shared", "-fPIC", "-pthread", "-I", str(src), *files,
            "-o", str(tmp_lib)]
@@ -128,24 +198,27 @@ def build(version: str = SGLANG_VERSION) -> Path:
     return lib
 
 
-_LIB = None
+_LIBS: dict[str, ctypes.CDLL] = {}
 
 
-def _lib() -> ctypes.CDLL:
-    global _LIB
-    if _LIB is None:
-        lib = ctypes.CDLL(str(build()))
+def _lib(version: str = SGLANG_VERSION) -> ctypes.CDLL:
+    if version not in _LIBS:
+        lib = ctypes.CDLL(str(build(version)))
         p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
         lib.peer_create.restype = p
-        lib.peer_create.argtypes = [i64, i64, i64, i64, i64, i32]
         lib.peer_error.restype = ctypes.c_char_p
         lib.peer_destroy.argtypes = [p]
         lib.peer_insert.argtypes = [p, p, p, i64]
-        lib.peer_match.argtypes = [p, p, p, p, p, i64, p, p]
-        lib.peer_erase.argtypes = [p, p, i64]
         lib.peer_reset.argtypes = [p]
-        _LIB = lib
-    return _LIB
+        if version == LEGACY_VERSION:
+            lib.peer_create.argtypes = [i64, i64, i64, i64, i64, i64, i64, i32]
+            lib.peer_match.argtypes = [p, p, p, i64, p, p]
+        else:
+            lib.peer_create.argtypes = [i64, i64, i64, i64, i64, i32]
+            lib.peer_match.argtypes = [p, p, p, p, p, i64, p, p]
+            lib.peer_erase.argtypes = [p, p, i64]
+        _LIBS[version] = lib
+    return _LIBS[version]
 
 
 def _pack(seqs):
@@ -247,3 +320,68 @@ class SglangPeer:
         _lib().peer_reset(self._h)
         self._ids.clear()
         self._next = 0
+
+
+class SglangLegacyPeer:
+    """SGLang 0.5.9's window-era ``Ngram`` object with NgramCache-like calls.
+
+    Its matching is stateless: ``request_ids``/``total_lens`` are accepted and ignored, and
+    ``erase`` is a no-op.  Inserts are complete before ``insert`` returns (a barrier around
+    0.5.9's racy ``synchronize``).  The C++ preallocates about 168 bytes per node of capacity.
+    """
+
+    def __init__(self, *, branch_length=18, min_match_window_size=1, max_match_window_size=12,
+                 min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12, match_type="BFS",
+                 capacity=10_000_000):
+        if capacity <= branch_length:
+            raise ValueError("SGLang crashes for capacity <= branch_length")
+        self.n = draft_token_num
+        lib = _lib(LEGACY_VERSION)
+        self._h = lib.peer_create(capacity, min_bfs_breadth, max_bfs_breadth,
+                                  min_match_window_size, max_match_window_size, branch_length,
+                                  draft_token_num, int(match_type == "PROB"))
+        if not self._h:
+            raise ValueError(lib.peer_error().decode())
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            _lib(LEGACY_VERSION).peer_destroy(self._h)
+            self._h = None
+
+    def insert(self, seqs) -> None:
+        self.insert_packed(_pack(seqs))
+
+    def match(self, contexts, request_ids=None, total_lens=None):
+        """(tokens (B, n) int32, mask (B, n, n) bool); ids and lengths are ignored."""
+        packed = self.pack_match(contexts)
+        self.match_packed(packed)
+        return packed[3], packed[4].astype(bool)
+
+    # Entry points with inputs packed beforehand, for timing the C core alone.
+    def pack_match(self, contexts, request_ids=None, total_lens=None):
+        flat, offsets = _pack(contexts)
+        b = len(contexts)
+        return (flat, offsets, b, np.empty((b, self.n), np.int32),
+                np.empty((b, self.n, self.n), np.uint8))
+
+    def match_packed(self, packed) -> None:
+        flat, offsets, b, tokens, mask = packed
+        lib = _lib(LEGACY_VERSION)
+        if lib.peer_match(self._h, _ptr(flat), _ptr(offsets), b, _ptr(tokens), _ptr(mask)):
+            raise RuntimeError(lib.peer_error().decode())
+
+    @staticmethod
+    def pack_insert(seqs):
+        return _pack(seqs)
+
+    def insert_packed(self, packed) -> None:
+        flat, offsets = packed
+        lib = _lib(LEGACY_VERSION)
+        if lib.peer_insert(self._h, _ptr(flat), _ptr(offsets), len(offsets) - 1):
+            raise RuntimeError(lib.peer_error().decode())
+
+    def erase(self, request_ids) -> None:
+        """A no-op: 0.5.9 keeps no match states."""
+
+    def reset(self) -> None:
+        _lib(LEGACY_VERSION).peer_reset(self._h)

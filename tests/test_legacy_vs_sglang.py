@@ -1,0 +1,116 @@
+"""Differential tests against SGLang 0.5.9's window-era C++ core, built from the PyPI wheel at
+test time (profile ``"sglang-0.5.9"``).
+
+Opt-in: ``python -m pytest -m sglang`` (CI runs it).  Skips when the peer cannot be built here
+(no g++ or no package index).  Capacities stay small: the C++ preallocates about 168 bytes per
+node.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.testing import assert_array_equal
+
+import ngramspec as ns
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from peers import sglang as sglang_peer  # noqa: E402
+
+pytestmark = pytest.mark.sglang
+
+PROFILE = "sglang-0.5.9"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def peer_built():
+    try:
+        sglang_peer.build(sglang_peer.LEGACY_VERSION)
+    except sglang_peer.PeerUnavailable as e:
+        pytest.skip(f"SGLang 0.5.9 peer unavailable: {e}")
+
+
+@st.composite
+def peer_configs(draw):
+    branch = draw(st.sampled_from([2, 3, 5, 8, 12, 18, 20]))
+    max_w = draw(st.integers(1, branch - 1))
+    lo = draw(st.integers(1, 8))
+    return dict(branch_length=branch, min_match_window_size=draw(st.integers(1, max_w)),
+                max_match_window_size=max_w, min_bfs_breadth=lo,
+                max_bfs_breadth=lo + draw(st.integers(0, 30)),
+                draft_token_num=draw(st.sampled_from([1, 2, 5, 8, 12, 16, 32, 64])),
+                match_type=draw(st.sampled_from(["BFS", "PROB"])),
+                capacity=draw(st.one_of(st.integers(branch + 1, branch + 40),
+                                        st.integers(200, 20_000))))
+
+
+VOCABS = [(0, 2), (-3, 6), (0, 50), (-(2**31), 2**31 - 1), (0, 151_935)]
+
+
+def assert_equal(got: ns.DraftBatch, want) -> None:
+    assert_array_equal(got.tokens, want[0])
+    assert_array_equal(got.mask, want[1])
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+@settings(max_examples=40, deadline=None)
+@given(cfg=peer_configs(), vocab=st.sampled_from(VOCABS), data=st.data())
+def test_random_ops_equal_sglang_059(backend, cfg, vocab, data):
+    ours = ns.NgramCache(**cfg, profile=PROFILE, backend=backend)
+    peer = sglang_peer.SglangLegacyPeer(**cfg)
+    tok = st.integers(*vocab)
+    for _ in range(data.draw(st.integers(1, 10))):
+        op = data.draw(st.sampled_from(["insert", "insert", "match", "reset"]))
+        if op == "insert":
+            batch = data.draw(st.lists(st.lists(tok, max_size=40), min_size=1, max_size=3))
+            ours.insert(batch)
+            peer.insert(batch)
+        elif op == "match":
+            ctxs = data.draw(st.lists(st.lists(tok, min_size=1, max_size=cfg["branch_length"]
+                                               + 5), min_size=1, max_size=3))
+            assert_equal(ours.match(ctxs), peer.match(ctxs))
+        else:
+            ours.reset()
+            peer.reset()
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_server_defaults_059_worker_loop_on_recorded_streams(backend):
+    """0.5.9's serving loop (legacy spec 7.2) on real requests at the server defaults, except
+    capacity: match the last 12 tokens; after the step's token is appended, insert the last 18.
+    Exact drafts at every step, BFS and PROB."""
+    with gzip.open(files("ngramspec") / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz", "rt") as f:
+        rows = [json.loads(next(f)) for _ in range(3)]
+    for match_type in ("BFS", "PROB"):
+        ours = ns.NgramCache(profile=PROFILE, match_type=match_type, capacity=200_000,
+                             backend=backend)
+        cfg = ours.config
+        peer = sglang_peer.SglangLegacyPeer(match_type=match_type, capacity=200_000)
+        for row in rows:
+            seq = row["prompt_ids"] + row["output_ids"][:1]
+            for tok in row["output_ids"][1:]:
+                ctx = seq[-cfg.match_length:]
+                assert_equal(ours.match([ctx]), peer.match([ctx]))
+                seq.append(tok)
+                ours.insert([seq[-cfg.insert_length:]])
+                peer.insert([seq[-cfg.insert_length:]])
+
+
+def test_invalid_parameters_are_rejected_as_sglang_does():
+    """Every constructor check of 0.5.9 (legacy spec 1.3) fails in the C++ and in ours."""
+    bad = [dict(branch_length=1, max_match_window_size=1, min_match_window_size=1),
+           dict(min_match_window_size=0), dict(min_match_window_size=5, max_match_window_size=4),
+           dict(max_match_window_size=18), dict(min_bfs_breadth=0),
+           dict(min_bfs_breadth=5, max_bfs_breadth=4), dict(draft_token_num=0)]
+    for kw in bad:
+        with pytest.raises(ValueError):
+            sglang_peer.SglangLegacyPeer(**{"capacity": 100, **kw})
+        with pytest.raises(ValueError):
+            ns.NgramCache(profile=PROFILE, **{"capacity": 100, **kw})
