@@ -9,10 +9,14 @@ array([[2, 3, 7, 8]], dtype=int32)
 
 from .cache import NgramCache
 from .config import NgramConfig
+from .costmodel import CostModel, Prediction
 from .drafts import DraftBatch
 from .drafter import Drafter
+from .simulate import SimulationResult, Summary, simulate
+from .streams import StreamError, read_streams
 from .verify import VerifyResult, verify_greedy, verify_greedy_logits
 
 __all__ = ["NgramCache", "NgramConfig", "DraftBatch", "Drafter", "VerifyResult", "verify_greedy",
-           "verify_greedy_logits"]
+           "verify_greedy_logits", "simulate", "SimulationResult", "Summary", "read_streams",
+           "StreamError", "CostModel", "Prediction"]
 __version__ = "0.1.0"
