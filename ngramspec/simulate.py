@@ -133,7 +133,8 @@ class SimulationResult:
         CPU time spent drafting (matching, building trees, inserting; in the compiled loop
         also the verification bookkeeping, a small part), over the whole run.
     wall_seconds : float
-        Wall time of the replay (stream reading excluded).
+        Wall time of the replay (reading the streams and compiling or loading the kernels
+        excluded).
     batch_steps : int
         Serving-loop iterations (one target forward each); at concurrency 1 the verify steps.
     """
@@ -304,15 +305,12 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
     concurrency = int(concurrency)
     prompts = [np.asarray(r["prompt_ids"], dtype=np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], dtype=np.int32) for r in rows]
-    t0 = time.perf_counter()
     if backend == "numba" and config.profile == "sglang-0.5.23":
-        emitted, drafts, cpu, batch_steps = _replay_compiled(prompts, outputs, config,
-                                                             concurrency, progress)
+        emitted, drafts, cpu, batch_steps, wall = _replay_compiled(prompts, outputs, config,
+                                                                   concurrency, progress)
     else:
-        emitted, drafts, cpu, batch_steps = _replay_api(prompts, outputs, config, concurrency,
-                                                        backend, [r["id"] for r in rows],
-                                                        progress)
-    wall = time.perf_counter() - t0
+        emitted, drafts, cpu, batch_steps, wall = _replay_api(
+            prompts, outputs, config, concurrency, backend, [r["id"] for r in rows], progress)
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=[r["id"] for r in rows],
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
@@ -360,17 +358,24 @@ def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
     total_tokens = int(o_off[-1])
     cpu = 0.0
     chunk = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
+    first = True  # the first call admits only (max_steps 0): it compiles or loads the kernel
+    wall = 0.0
     while True:
         t = trie
         c0 = time.thread_time()
+        w0 = time.perf_counter()
         code = replay_kernel(
             p_flat, p_off, o_flat, o_off, concurrency, depth, config.min_bfs_breadth,
             config.max_bfs_breadth, config.budget, config.match_type == "PROB", config.capacity,
             t.tok, t.par, t.freq, t.ver, t.c_head, t.c_next, t.c_prev, t.nchild, t.g_next,
             t.g_prev, t.free, t.ht_key, t.ht_val, t.meta, st_epoch, st_ptl, st_n, st_node,
             st_ver, _BUCKET_COUNTS, loop, run_req, run_row, free_rows, out_len, em_off,
-            em_steps, em_count, em_drafts, chunk)
-        cpu += time.thread_time() - c0
+            em_steps, em_count, em_drafts, 0 if first else chunk)
+        if first:
+            first = False
+        else:
+            cpu += time.thread_time() - c0
+            wall += time.perf_counter() - w0
         if code == DONE:
             break
         if code == NEED_ROOM:
@@ -388,7 +393,7 @@ def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
         progress(total_tokens, total_tokens)
     emitted = [em_count[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
     drafts = [em_drafts[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
-    return emitted, drafts, cpu, int(loop[L_STEPS])
+    return emitted, drafts, cpu, int(loop[L_STEPS]), wall
 
 
 def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.ndarray:
@@ -426,6 +431,7 @@ def _replay_api(prompts, outputs, config: NgramConfig, concurrency: int, backend
     drafts: list[list[int]] = [[] for _ in range(n_req)]
     total_tokens = sum(o.size for o in outputs)
     nxt, running, cpu, steps = 0, [], 0.0, 0
+    t0 = time.perf_counter()
     while nxt < n_req or running:
         while nxt < n_req and len(running) < concurrency:
             out_len[nxt] = 1
@@ -460,4 +466,4 @@ def _replay_api(prompts, outputs, config: NgramConfig, concurrency: int, backend
     if progress is not None:
         progress(total_tokens, total_tokens)
     return ([np.asarray(e, np.int32) for e in emitted], [np.asarray(d, np.int32) for d in drafts],
-            cpu, steps)
+            cpu, steps, time.perf_counter() - t0)

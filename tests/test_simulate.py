@@ -152,7 +152,7 @@ def test_step_by_step_paths_equal_compiled_loop(corpus, backend):
     compiled = ns.simulate(rows, cfg, concurrency=3)
     prompts = [np.asarray(r["prompt_ids"], np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], np.int32) for r in rows]
-    emitted, drafts, _, steps = _replay_api(prompts, outputs, cfg, 3, backend,
+    emitted, drafts, _, steps, _ = _replay_api(prompts, outputs, cfg, 3, backend,
                                             [r["id"] for r in rows], None)
     for a, b in zip(compiled.emitted, emitted):
         assert_array_equal(a, b)
