@@ -290,7 +290,7 @@ def _grid(args: argparse.Namespace) -> list[tuple[dict, int]]:
     return grid
 
 
-def _plot(rows: list[dict], path: str, with_cost: bool) -> None:
+def _plot(rows: list[dict], path: str, with_cost: bool, cost_label: str = "") -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -319,7 +319,7 @@ def _plot(rows: list[dict], path: str, with_cost: bool) -> None:
     axes[0][0].set_ylabel("tokens / step")
     if with_cost:
         axes[0][1].axhline(1.0, color="grey", linestyle="--", linewidth=1)
-        axes[0][1].set_title("predicted speed-up (cost model)")
+        axes[0][1].set_title(f"predicted speed-up ({cost_label or 'cost model'})", fontsize=10)
         axes[0][1].set_ylabel("speed-up (x)")
     for ax in axes[0]:
         ax.set_xlabel("draft_token_num (tree size, root included)")
@@ -399,7 +399,12 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
             json.dump({"cost_model": dataclasses.asdict(model) if model else None,
                        "results": results}, f)
     if args.plot:
-        _plot(results, args.plot, model is not None)
+        label = ""
+        if model is not None:
+            label = (f"decode {model.decode_ms:g} ms, verify {model.verify_ms:g} ms at every "
+                     "size" if model.kind == "measured" else
+                     f"{model.step_ms:g} ms + {model.token_ms:g} ms/token")
+        _plot(results, args.plot, model is not None, label)
         out.write(f"plot written to {args.plot}\n")
     return 0
 
