@@ -12,11 +12,13 @@ from .config import NgramConfig
 from .costmodel import CostModel, Prediction
 from .drafts import DraftBatch
 from .drafter import Drafter
+from .errors import BackgroundInsertError, CacheFileError, IntegrityError
 from .simulate import SimulationResult, Summary, simulate
 from .streams import StreamError, read_streams
 from .verify import VerifyResult, verify_greedy, verify_greedy_logits
 
 __all__ = ["NgramCache", "NgramConfig", "DraftBatch", "Drafter", "VerifyResult", "verify_greedy",
            "verify_greedy_logits", "simulate", "SimulationResult", "Summary", "read_streams",
-           "StreamError", "CostModel", "Prediction"]
+           "StreamError", "CostModel", "Prediction", "IntegrityError", "CacheFileError",
+           "BackgroundInsertError"]
 __version__ = "0.1.0"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import os
 import threading
 from typing import Any, Hashable, Sequence
 
@@ -9,6 +11,7 @@ import numpy as np
 
 from .config import NgramConfig
 from .drafts import DraftBatch
+from .errors import BackgroundInsertError
 
 __all__ = ["NgramCache", "BACKENDS"]
 
@@ -17,23 +20,34 @@ BACKENDS = ("numba", "reference")
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
+def _out_of_int32(items: list, name: str) -> ValueError:
+    bad = next(t for t in items if not _INT32_MIN <= int(t) <= _INT32_MAX)
+    return ValueError(f"{name} holds a token id outside int32 [{_INT32_MIN}, {_INT32_MAX}]: "
+                      f"{int(bad)}")
+
+
 def _as_sequence(seq: Any, name: str) -> np.ndarray:
-    """One 1-D sequence of token ids as a fresh int32 array; a clear error otherwise."""
-    if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__"):
-        raise TypeError(f"{name} must be a 1-D sequence of integer token ids, "
-                        f"got {type(seq).__name__}")
-    if isinstance(seq, np.ndarray):
-        arr = seq
+    """One 1-D sequence of token ids as an int32 array; a clear error otherwise."""
+    if isinstance(seq, np.ndarray) or (hasattr(seq, "__array__")
+                                       and not isinstance(seq, (str, bytes))):
+        arr = np.asarray(seq)
+        if arr.ndim != 1:
+            deeper = " (nesting deeper than a batch of sequences)" if arr.ndim > 1 else ""
+            raise ValueError(f"{name} must be a 1-D sequence of token ids, got an array of "
+                             f"shape {arr.shape}{deeper}")
+    elif isinstance(seq, (str, bytes, bytearray)) or not isinstance(seq, Sequence):
+        raise TypeError(f"{name} must be a 1-D sequence of integer token ids (list, tuple, "
+                        f"range or integer array), got {type(seq).__name__}")
     else:
         items = list(seq)
         for t in items:
             if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
                 raise TypeError(f"{name} must hold integer token ids, found "
                                 f"{type(t).__name__} {t!r}")
-        arr = np.asarray(items, dtype=np.int64) if items else np.zeros(0, np.int64)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got an array of shape {arr.shape} (nesting "
-                         "deeper than a batch of sequences)")
+        try:
+            arr = np.asarray(items, dtype=np.int64) if items else np.zeros(0, np.int64)
+        except OverflowError:  # Python ints beyond int64
+            raise _out_of_int32(items, name) from None
     kind, size = arr.dtype.kind, arr.dtype.itemsize
     if arr.size and kind not in "iu":
         raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
@@ -50,8 +64,10 @@ def _as_batch(batch: Any, name: str) -> list[np.ndarray]:
     """A batch (list of 1-D sequences, or a 2-D array) as a list of int32 arrays."""
     if isinstance(batch, np.ndarray):
         if batch.ndim != 2:
+            hint = (" (a 1-D array is one sequence: wrap it as [array])" if batch.ndim == 1
+                    else "")
             raise ValueError(f"{name} as an array must be 2-D (batch, length), got shape "
-                             f"{batch.shape}")
+                             f"{batch.shape}{hint}")
         return [_as_sequence(row, f"{name}[{i}]") for i, row in enumerate(batch)]
     if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
         raise TypeError(f"{name} must be a list of 1-D integer sequences or a 2-D integer "
@@ -64,13 +80,21 @@ def _as_batch(batch: Any, name: str) -> list[np.ndarray]:
 
 def _as_lengths(total_lens: Any, n: int) -> np.ndarray:
     """``total_lens`` as an int64 array of ``n`` values; a clear error otherwise."""
-    if isinstance(total_lens, (str, bytes)) or not hasattr(total_lens, "__len__"):
-        raise TypeError(f"total_lens must be a 1-D sequence of ints, got "
-                        f"{type(total_lens).__name__}")
-    try:
-        lens = np.asarray(total_lens)
-    except (ValueError, OverflowError) as e:
-        raise TypeError(f"total_lens must be a 1-D sequence of ints: {e}") from None
+    if isinstance(total_lens, np.ndarray):
+        lens = total_lens
+    elif isinstance(total_lens, (str, bytes)) or not isinstance(total_lens, Sequence):
+        raise TypeError(f"total_lens must be a 1-D sequence of ints (list, tuple or integer "
+                        f"array), got {type(total_lens).__name__}")
+    else:
+        items = list(total_lens)
+        for i, t in enumerate(items):
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                raise TypeError(f"total_lens[{i}] must be an integer, got "
+                                f"{type(t).__name__} {t!r}")
+        try:
+            lens = np.asarray(items, dtype=np.int64) if items else np.zeros(0, np.int64)
+        except OverflowError:
+            raise ValueError("total_lens values must fit in int64") from None
     if lens.ndim != 1 or (lens.size and lens.dtype.kind not in "iu"):
         raise TypeError(f"total_lens must be a 1-D sequence of integers, got dtype "
                         f"{lens.dtype} and shape {lens.shape}")
@@ -81,10 +105,21 @@ def _as_lengths(total_lens: Any, n: int) -> np.ndarray:
     return lens.astype(np.int64, copy=False)
 
 
+def _as_request_ids(request_ids: Any) -> list[Hashable]:
+    """``request_ids`` as a list of plain ``str``/``int`` keys; a clear error otherwise."""
+    if isinstance(request_ids, (str, bytes)) or not isinstance(
+            request_ids, (Sequence, np.ndarray)) or (
+            isinstance(request_ids, np.ndarray) and request_ids.ndim != 1):
+        what = (f"an array of shape {request_ids.shape}" if isinstance(request_ids, np.ndarray)
+                else type(request_ids).__name__)
+        raise TypeError(f"request_ids must be a 1-D sequence of str or int ids, got {what}")
+    return [_as_request_id(r, i) for i, r in enumerate(request_ids)]
+
+
 def _as_request_id(rid: Any, i: int) -> Hashable:
     if isinstance(rid, (bool, np.bool_)) or not isinstance(rid, (str, int, np.integer)):
         raise TypeError(f"request_ids[{i}] must be a str or an int, got {type(rid).__name__}")
-    return int(rid) if isinstance(rid, np.integer) else rid
+    return int(rid) if isinstance(rid, (int, np.integer)) else str(rid)
 
 
 class NgramCache:
@@ -156,6 +191,13 @@ class NgramCache:
         self._backend_name = backend
         self._lock = threading.Lock()
         self._backend = self._make_backend()
+        # Background inserts (insert(wait=False)): FIFO queue, one worker thread at a time,
+        # counters of batches queued and finished, errors kept for the next caller.
+        self._queue: collections.deque = collections.deque()
+        self._queue_cond = threading.Condition()
+        self._queued = self._done = 0
+        self._worker_running = False
+        self._errors: list[BaseException] = []
 
     def _make_backend(self):
         if self._backend_name == "numba":
@@ -189,19 +231,51 @@ class NgramCache:
         return f"NgramCache(config={self._config!r}, backend={self._backend_name!r})"
 
     def __len__(self) -> int:
-        """Trie nodes in use, root included."""
+        """Trie nodes in use, root included (after queued inserts have run)."""
+        self.synchronize()
         return self._backend.node_count
 
-    def insert(self, sequences) -> None:
+    def insert(self, sequences, *, wait: bool = True) -> None:
         """Insert a batch of token sequences, each in full and in batch order (SGLang's
-        ``batch_put`` followed by ``synchronize``).  An empty sequence is a no-op."""
+        ``batch_put`` followed by ``synchronize``).  An empty sequence is a no-op.
+
+        Parameters
+        ----------
+        sequences : list of 1-D int sequences, or 2-D int array
+            Token ids within int32.  Checked here, in the caller's thread, whatever ``wait``.
+        wait : bool, default True
+            ``False`` queues the batch for a background thread (SGLang's insert thread) and
+            returns at once; queued batches are inserted one at a time in the order they were
+            queued.  Every other call (``match``, ``erase``, ``reset``, ``save``,
+            ``check_integrity``, ``len``, a waiting ``insert``) first waits until every batch
+            queued before it has been inserted, so results never depend on the thread.
+            Errors of a background insert are raised by that next call or by
+            :meth:`synchronize` (as :class:`~ngramspec.errors.BackgroundInsertError`).
+
+        Examples
+        --------
+        >>> cache = NgramCache(capacity=1000, draft_token_num=4)
+        >>> cache.insert([[1, 2, 3, 4]], wait=False)
+        >>> cache.synchronize()
+        >>> cache.match([[1, 2]]).tokens
+        array([[2, 3, 4, 0]], dtype=int32)
+        """
+        if not isinstance(wait, (bool, np.bool_)):
+            raise TypeError(f"wait must be a bool, got {type(wait).__name__} {wait!r}")
         batch = _as_batch(sequences, "sequences")
+        if not wait:
+            self._enqueue(batch)
+            return
+        self.synchronize()
         with self._lock:
             self._backend.insert(batch)
 
     def match(self, contexts, request_ids: Sequence[Any] | None = None,
               total_lens: Sequence[int] | None = None) -> DraftBatch:
         """Draft a token tree for each context (SGLang's ``batch_get``).
+
+        Waits first for inserts queued with ``wait=False`` (as SGLang's worker synchronizes
+        before every draft).
 
         Parameters
         ----------
@@ -216,8 +290,9 @@ class NgramCache:
             is always stateless: ids are accepted and ignored (not even checked).
         total_lens : sequence of int
             Required with ``request_ids``: the full length of the sequence each context is
-            the tail of (``total_lens[i] >= len(contexts[i])``).  Ignored without ids, and
-            ignored in profile ``"sglang-0.5.9"``.
+            the tail of (``total_lens[i] >= len(contexts[i])``).  A length smaller than the
+            one a request's state saw last rebuilds the state (as SGLang does).  Without ids
+            it is still checked, then ignored; ignored in profile ``"sglang-0.5.9"``.
         """
         batch = _as_batch(contexts, "contexts")
         if not batch:
@@ -228,11 +303,7 @@ class NgramCache:
                                  "(its last token is the root of the draft tree)")
         keys = lens = None
         if request_ids is not None and self._config.stateful:
-            if isinstance(request_ids, (str, bytes)) or not isinstance(
-                    request_ids, (Sequence, np.ndarray)):
-                raise TypeError("request_ids must be a sequence of str or int ids, one per "
-                                f"context, got {type(request_ids).__name__}")
-            keys = [_as_request_id(r, i) for i, r in enumerate(request_ids)]
+            keys = _as_request_ids(request_ids)
             if len(keys) != len(batch):
                 raise ValueError(f"request_ids has {len(keys)} ids for {len(batch)} contexts")
             if len(set(keys)) != len(keys):
@@ -241,6 +312,7 @@ class NgramCache:
             if total_lens is None:
                 raise ValueError("total_lens is required with request_ids: the full length of "
                                  "each request's sequence drives its match state")
+        if total_lens is not None and self._config.stateful:
             lens = _as_lengths(total_lens, len(batch))
             sizes = np.fromiter((c.size for c in batch), np.int64, len(batch))
             short = np.flatnonzero(lens < sizes)
@@ -248,21 +320,142 @@ class NgramCache:
                 i = int(short[0])
                 raise ValueError(f"total_lens[{i}] = {lens[i]} is shorter than "
                                  f"contexts[{i}] ({sizes[i]} tokens)")
+            if keys is None:
+                lens = None  # checked, and meaningless without ids
+        self.synchronize()
         with self._lock:
             tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch(tokens, mask, num_drafts)
 
     def erase(self, request_ids: Sequence[Any]) -> None:
         """Forget the match states of these requests; unknown ids are a no-op."""
-        if isinstance(request_ids, (str, bytes, int)) or not isinstance(
-                request_ids, (Sequence, np.ndarray)):
-            raise TypeError("request_ids must be a sequence of str or int ids, got "
-                            f"{type(request_ids).__name__}")
-        keys = [_as_request_id(r, i) for i, r in enumerate(request_ids)]
+        keys = _as_request_ids(request_ids)
+        self.synchronize()
         with self._lock:
             self._backend.erase(keys)
 
     def reset(self) -> None:
-        """Empty the trie and forget every match state."""
+        """Empty the trie and forget every match state (after queued inserts have run)."""
+        self.synchronize()
         with self._lock:
             self._backend.reset()
+
+    # Background inserts ------------------------------------------------------------------
+
+    def _enqueue(self, batch: list[np.ndarray]) -> None:
+        # Copy: the caller may reuse its arrays once we return (int32 input is not copied).
+        batch = [np.array(s, dtype=np.int32, copy=True) for s in batch]
+        with self._queue_cond:
+            self._queue.append(batch)
+            self._queued += 1
+            if not self._worker_running:
+                self._worker_running = True
+                threading.Thread(target=self._work, name="ngramspec-insert",
+                                 daemon=True).start()
+
+    def _work(self) -> None:
+        """The insert thread: drains the queue in order, then exits (restarted on demand)."""
+        while True:
+            with self._queue_cond:
+                if not self._queue:
+                    self._worker_running = False
+                    return
+                batch = self._queue.popleft()
+            error = None
+            try:
+                with self._lock:
+                    self._backend.insert(batch)
+            except BaseException as e:  # kept for the caller, never lost
+                error = e
+            with self._queue_cond:
+                if error is not None:
+                    self._errors.append(error)
+                self._done += 1  # only now is this batch FINISHED
+                self._queue_cond.notify_all()
+
+    def synchronize(self) -> None:
+        """Wait until every insert queued (``wait=False``) before this call has finished.
+
+        Unlike SGLang 0.5.9's ``synchronize``, which returned once the queue was empty while
+        the last insert could still be running, this waits for the inserts themselves.  If
+        a background insert failed, raises :class:`~ngramspec.errors.BackgroundInsertError`
+        (once) with the first failure as its cause; the batches queued after it were still
+        inserted.
+        """
+        with self._queue_cond:
+            target = self._queued
+            while self._done < target:
+                self._queue_cond.wait()
+            errors, self._errors = self._errors, []
+        if errors:
+            raise BackgroundInsertError(
+                f"{len(errors)} background insert(s) failed; the first: "
+                f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
+
+    # Integrity and persistence -----------------------------------------------------------
+
+    def check_integrity(self) -> None:
+        """Verify the backend's internal invariants; raise
+        :class:`~ngramspec.errors.IntegrityError` naming the first broken one.
+
+        Checks parent/child links, child recency lists, the child lookup table, frequency
+        and global LRU order (parents ahead of children, so eviction only removes leaves),
+        the free list, the node count against ``capacity`` and the match states.  Walks the
+        whole trie in Python: a testing and debugging aid, not for every step in serving.
+
+        Examples
+        --------
+        >>> cache = NgramCache(max_trie_depth=4, capacity=5)
+        >>> cache.insert([[1, 2, 3, 4, 5, 6, 7]])
+        >>> cache.check_integrity()
+        >>> len(cache)
+        5
+        """
+        self.synchronize()
+        with self._lock:
+            self._backend.check_integrity()
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the trie and the match states to ``path`` (format: :mod:`ngramspec.persist`).
+
+        Atomic: the file appears complete at ``path`` or not at all; a failure mid-write
+        leaves a previous file there untouched.  A cache loaded from it continues exactly as
+        this one would (same drafts for the same future calls, stateful matches included),
+        on either backend.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> cache = NgramCache(capacity=1000, draft_token_num=4)
+        >>> cache.insert([[1, 2, 3, 4]])
+        >>> path = os.path.join(tempfile.mkdtemp(), "trie.npz")
+        >>> cache.save(path)
+        >>> NgramCache.load(path).match([[1, 2]]).tokens
+        array([[2, 3, 4, 0]], dtype=int32)
+        """
+        from .persist import save_cache
+
+        save_cache(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, backend: str | None = None,
+             config: NgramConfig | None = None) -> "NgramCache":
+        """A cache read from a file written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        backend : {"numba", "reference"}, optional
+            Default: the backend that saved the file.
+        config : NgramConfig, optional
+            The configuration the caller expects; a file with another one raises
+            :class:`~ngramspec.errors.CacheFileError`.
+
+        Raises
+        ------
+        CacheFileError
+            Truncated, corrupted, of an unknown format version, or of another ``config``.
+        """
+        from .persist import load_cache
+
+        return load_cache(path, backend=backend, config=config)

@@ -210,3 +210,9 @@ class EngineBackend:
     @property
     def node_count(self) -> int:
         return int(self.trie.meta[M_SIZE])
+
+    def check_integrity(self) -> None:
+        """Raise :class:`~ngramspec.errors.IntegrityError` if an invariant is broken."""
+        from .integrity import check_states, check_trie
+
+        check_states(self, check_trie(self.trie, self.config.trie_depth))

@@ -88,3 +88,9 @@ class ReferenceBackend:
     @property
     def node_count(self) -> int:
         return self.trie.size
+
+    def check_integrity(self) -> None:
+        """Raise :class:`~ngramspec.errors.IntegrityError` if an invariant is broken."""
+        from .integrity import check_reference
+
+        check_reference(self)

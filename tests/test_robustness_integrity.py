@@ -1,0 +1,263 @@
+"""check_integrity() and eviction under pressure: tiny capacities from depth + 1 upward, both
+backends checked after every step, the engine equal to the reference in drafts and in its
+whole canonical content (nodes, frequencies, LRU order, match states)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from numpy.testing import assert_array_equal
+
+import ngramspec as ns
+from ngramspec.persist import _canonical
+
+
+@st.composite
+def tight_configs(draw):
+    depth = draw(st.integers(2, 8))
+    cap = depth + 1 + draw(st.sampled_from([0, 0, 1, 2, 5, 15, 40]))
+    common = dict(min_bfs_breadth=1, max_bfs_breadth=draw(st.integers(1, 6)),
+                  draft_token_num=draw(st.integers(1, 12)),
+                  match_type=draw(st.sampled_from(["BFS", "PROB"])), capacity=cap)
+    if depth > 2 and draw(st.integers(0, 4)) == 0:
+        lo = draw(st.integers(1, depth - 2))
+        hi = draw(st.integers(lo, depth - 1))
+        return dict(common, profile="sglang-0.5.9", branch_length=depth,
+                    min_match_window_size=lo, max_match_window_size=hi)
+    return dict(common, max_trie_depth=depth)
+
+
+def canonical_equal(a: ns.NgramCache, b: ns.NgramCache) -> None:
+    ea, xa, ka = _canonical(a)
+    eb, xb, kb = _canonical(b)
+    assert ea == eb and ka == kb
+    for name in xa:
+        assert_array_equal(xa[name], xb[name], err_msg=name)
+
+
+class EvictionUnderPressure(RuleBasedStateMachine):
+    @initialize(cfg=tight_configs(), vocab=st.sampled_from([2, 3, 6]))
+    def setup(self, cfg, vocab):
+        self.cfg, self.vocab = cfg, vocab
+        self.ref = ns.NgramCache(**cfg, backend="reference")
+        self.eng = ns.NgramCache(**cfg, backend="numba")
+        self.depth = self.ref.config.trie_depth
+        self.lens: dict[str, int] = {}
+
+    def seq(self, data, lo=0, hi=None):
+        hi = 3 * self.depth if hi is None else hi
+        return data.draw(st.lists(st.integers(-1, self.vocab), min_size=lo, max_size=hi))
+
+    @rule(data=st.data())
+    def insert(self, data):
+        batch = data.draw(st.lists(st.just(None), min_size=1, max_size=3))
+        batch = [self.seq(data) for _ in batch]
+        self.ref.insert(batch)
+        self.eng.insert(batch)
+
+    @rule(data=st.data())
+    def match(self, data):
+        ids = data.draw(st.lists(st.sampled_from("abcd"), min_size=1, max_size=3, unique=True))
+        ctxs, lens = [], []
+        for rid in ids:
+            ctx = self.seq(data, 1, self.depth + 2)
+            grow = data.draw(st.sampled_from([0, 1, 1, 2, 4, -3]))  # -3: total_len backwards
+            total = max(len(ctx), self.lens.get(rid, 0) + grow)
+            self.lens[rid] = total
+            ctxs.append(ctx)
+            lens.append(total)
+        a = self.ref.match(ctxs, request_ids=ids, total_lens=lens)
+        b = self.eng.match(ctxs, request_ids=ids, total_lens=lens)
+        assert_array_equal(a.tokens, b.tokens)
+        assert_array_equal(a.mask, b.mask)
+        assert_array_equal(a.num_drafts, b.num_drafts)
+
+    @rule(ids=st.lists(st.sampled_from(["a", "b", "zz"]), max_size=2))
+    def erase(self, ids):
+        self.ref.erase(ids)
+        self.eng.erase(ids)
+        for rid in ids:
+            self.lens.pop(rid, None)
+
+    @rule()
+    def reset(self):
+        self.ref.reset()
+        self.eng.reset()
+        self.lens.clear()
+
+    @invariant()
+    def intact_and_equal(self):
+        if not hasattr(self, "ref"):
+            return
+        self.ref.check_integrity()
+        self.eng.check_integrity()
+        assert len(self.ref) == len(self.eng) <= self.cfg["capacity"]
+        canonical_equal(self.ref, self.eng)
+
+
+TestEvictionUnderPressure = EvictionUnderPressure.TestCase
+TestEvictionUnderPressure.settings = settings(max_examples=30, stateful_step_count=30,
+                                              deadline=None)
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+@given(depth=st.integers(2, 12), extra=st.integers(0, 3),
+       seqs=st.lists(st.lists(st.integers(0, 50), max_size=40), min_size=1, max_size=6))
+@settings(max_examples=25, deadline=None)
+def test_capacity_depth_plus_one_upward_never_fails(backend, depth, extra, seqs):
+    """SGLang aborts at capacity <= depth and crashes at depth; from depth + 1 we never fail."""
+    cache = ns.NgramCache(max_trie_depth=depth, capacity=depth + 1 + extra, backend=backend)
+    for s in seqs:
+        cache.insert([s])
+        assert len(cache) <= depth + 1 + extra
+        cache.check_integrity()
+    if any(seqs):
+        last = [s for s in seqs if s][-1]
+        # The newest suffix path survives: eviction only removes least recently used leaves.
+        tail = last[-min(len(last), depth):]
+        d = cache.match([tail[:-1] or tail])
+        assert d.tokens.shape == (1, cache.config.draft_token_num)
+
+
+# check_integrity must fail on every kind of damage it claims to detect.
+
+def _engine_with_content():
+    cache = ns.NgramCache(max_trie_depth=4, capacity=40, draft_token_num=6)
+    cache.insert([[1, 2, 3, 1, 2, 4, 5, 1, 2, 3]])
+    cache.match([[1, 2]], request_ids=["r"], total_lens=[2])
+    cache.check_integrity()
+    return cache
+
+
+def _corrupt_parent(t):
+    v = int(t.g_next[t.meta[1]])
+    t.par[v] = v
+
+
+def _corrupt_freq(t):
+    head = int(t.c_head[0])
+    t.freq[head] = 0
+
+
+def _corrupt_freq_sum(t):
+    v = int(t.meta[1])  # the most recent node has children (shallow ... deep)
+    c = int(t.c_head[v])
+    t.freq[c] = t.freq[v] + 1
+
+
+def _corrupt_nchild(t):
+    t.nchild[0] += 1
+
+
+def _corrupt_c_prev(t):
+    c = int(t.c_head[0])
+    t.c_prev[int(t.c_next[c])] = -1
+
+
+def _corrupt_lru_order(t):
+    # Swap the first two nodes of the global list (a parent and its child).
+    from ngramspec.engine.trie import M_GHEAD, M_GTAIL, _g_push_front, _g_unlink
+    a = int(t.meta[M_GHEAD])
+    b = int(t.g_next[a])
+    _g_unlink(t.g_next, t.g_prev, t.meta, b)
+    _g_push_front(t.g_next, t.g_prev, t.meta, b)
+    assert t.meta[M_GTAIL] != -1
+
+
+def _corrupt_lru_tail(t):
+    t.meta[2] = t.meta[1]
+
+
+def _corrupt_table(t):
+    used = np.flatnonzero(t.ht_key != -1)
+    t.ht_key[used[0]] = -1
+    t.ht_val[used[0]] = -1
+
+
+def _corrupt_table_value(t):
+    used = np.flatnonzero(t.ht_key != -1)
+    t.ht_val[used[0]], t.ht_val[used[1]] = t.ht_val[used[1]], t.ht_val[used[0]]
+
+
+def _corrupt_free_stack(t):
+    t.free[0] = 0
+    t.meta[4] += 1
+    t.meta[0] -= 1
+
+
+def _corrupt_size(t):
+    t.meta[0] += 1
+
+
+def _corrupt_sibling_tokens(t):
+    c = int(t.c_head[0])
+    t.tok[int(t.c_next[c])] = t.tok[c]
+
+
+@pytest.mark.parametrize("damage", [_corrupt_parent, _corrupt_freq, _corrupt_freq_sum,
+                                    _corrupt_nchild, _corrupt_c_prev, _corrupt_lru_order,
+                                    _corrupt_lru_tail, _corrupt_table, _corrupt_table_value,
+                                    _corrupt_free_stack, _corrupt_size, _corrupt_sibling_tokens])
+def test_engine_integrity_detects_damage(damage):
+    cache = _engine_with_content()
+    damage(cache._backend.trie)
+    with pytest.raises(ns.IntegrityError):
+        cache.check_integrity()
+
+
+def test_engine_integrity_detects_bad_states():
+    cache = _engine_with_content()
+    b = cache._backend
+    row = b._rows["r"]
+    b.st_n[row] = cache.config.trie_depth + 1
+    with pytest.raises(ns.IntegrityError, match="match state"):
+        cache.check_integrity()
+    cache = _engine_with_content()
+    b = cache._backend
+    b._free_rows.append(b._rows["r"])
+    with pytest.raises(ns.IntegrityError, match="free rows"):
+        cache.check_integrity()
+
+
+def _reference_with_content():
+    cache = ns.NgramCache(max_trie_depth=4, capacity=40, draft_token_num=6, backend="reference")
+    cache.insert([[1, 2, 3, 1, 2, 4, 5, 1, 2, 3]])
+    cache.match([[1, 2]], request_ids=["r"], total_lens=[2])
+    cache.check_integrity()
+    return cache
+
+
+def _ref_lru_swap(trie):
+    nodes = list(trie.global_lru)
+    trie.global_lru.move_to_end(nodes[1], last=False)
+
+
+def _ref_freq(trie):
+    node = next(iter(trie.global_lru))
+    node.lru[0].freq = node.freq + 1
+
+
+def _ref_lost_child(trie):
+    node = next(iter(trie.global_lru))
+    node.lru.pop()
+
+
+def _ref_wrong_parent(trie):
+    node = next(iter(trie.global_lru))
+    node.lru[0].parent = trie.root
+
+
+def _ref_sibling_order(trie):
+    trie.root.lru.reverse()
+
+
+@pytest.mark.parametrize("damage", [_ref_lru_swap, _ref_freq, _ref_lost_child, _ref_wrong_parent,
+                                    _ref_sibling_order])
+def test_reference_integrity_detects_damage(damage):
+    cache = _reference_with_content()
+    damage(cache._backend.trie)
+    with pytest.raises(ns.IntegrityError):
+        cache.check_integrity()
