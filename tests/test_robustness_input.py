@@ -1,0 +1,298 @@
+"""Bad input through every public entry point of NgramConfig and NgramCache: a specific error
+naming the argument, and the cache exactly as it was (its whole canonical content, match states
+included); odd but valid inputs (read-only, strided, big-endian, huge batches) accepted."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.testing import assert_array_equal
+
+import ngramspec as ns
+from ngramspec.persist import _canonical
+
+BACKENDS = ["numba", "reference"]
+CFG = dict(max_trie_depth=6, draft_token_num=6, capacity=40)
+
+
+def make(backend):
+    c = ns.NgramCache(**CFG, backend=backend)
+    c.insert([[1, 2, 3, 4, 5], [1, 2, 3, 9], [7, 7, 7, 7, 7, 7, 7, 7]])
+    c.match([[1, 2, 3]], request_ids=["a"], total_lens=[10])
+    c.match([[7, 7]], request_ids=[5], total_lens=[2])
+    return c
+
+
+def snapshot(c):
+    epoch, arrays, keys = _canonical(c)
+    return epoch, {k: v.copy() for k, v in arrays.items()}, list(keys)
+
+
+def assert_same_snapshot(a, b):
+    assert a[0] == b[0] and a[2] == b[2]
+    for name in a[1]:
+        assert_array_equal(a[1][name], b[1][name], err_msg=name)
+
+
+BAD = [
+    # insert: wrong types, nesting, ids outside int32
+    ("insert([[1.5, 2]])", lambda c: c.insert([[1.5, 2]]), TypeError, r"sequences\[0\].*integer"),
+    ("insert([array float])", lambda c: c.insert([np.array([1.0, 2.0])]), TypeError, "float64"),
+    ("insert([['a']])", lambda c: c.insert([["a", "b"]]), TypeError, r"sequences\[0\]"),
+    ("insert('abc')", lambda c: c.insert("abc"), TypeError, "sequences must be a list"),
+    ("insert(None)", lambda c: c.insert(None), TypeError, "sequences must be a list"),
+    ("insert([None])", lambda c: c.insert([None]), TypeError, r"sequences\[0\]"),
+    ("insert([[None]])", lambda c: c.insert([[None]]), TypeError, r"sequences\[0\].*NoneType"),
+    ("insert(flat)", lambda c: c.insert([1, 2, 3]), TypeError, "flat sequence"),
+    ("insert(3 deep)", lambda c: c.insert([[[1, 2]]]), TypeError, r"sequences\[0\].*list"),
+    ("insert(3-D array)", lambda c: c.insert(np.zeros((2, 2, 2), int)), ValueError, "2-D"),
+    ("insert([2-D array])", lambda c: c.insert([np.zeros((2, 2), int)]), ValueError,
+     r"sequences\[0\].*nesting deeper"),
+    ("insert(1-D array)", lambda c: c.insert(np.arange(3)), ValueError, "wrap it"),
+    ("insert([0-d array])", lambda c: c.insert([np.array(5)]), ValueError, r"shape \(\)"),
+    ("insert(2**31)", lambda c: c.insert([[1, 2**31]]), ValueError, "outside int32"),
+    ("insert(2**63)", lambda c: c.insert([[2**63]]), ValueError, "outside int32"),
+    ("insert(-2**70)", lambda c: c.insert([[1, -2**70]]), ValueError, "outside int32"),
+    ("insert(uint64 2**63)", lambda c: c.insert([np.array([2**63], np.uint64)]), ValueError,
+     "outside int32"),
+    ("insert(bool)", lambda c: c.insert([[1, 2], [True, 3]]), TypeError, "bool"),
+    ("insert(bool array)", lambda c: c.insert([np.ones(2, bool)]), TypeError, "dtype bool"),
+    ("insert(dict)", lambda c: c.insert([{1: 2}]), TypeError, r"sequences\[0\].*dict"),
+    ("insert(set)", lambda c: c.insert([{1, 2}]), TypeError, r"sequences\[0\].*set"),
+    ("insert(generator)", lambda c: c.insert([(i for i in range(3))]), TypeError, "generator"),
+    ("insert(object array)", lambda c: c.insert(np.array([[1, 2]], dtype=object)), TypeError,
+     "dtype object"),
+    ("insert(wait='no')", lambda c: c.insert([[1]], wait="no"), TypeError, "wait must be a bool"),
+    # match: empty batches and contexts, ids, lengths
+    ("match([])", lambda c: c.match([]), ValueError, "empty batch"),
+    ("match((0, 3) array)", lambda c: c.match(np.zeros((0, 3), int)), ValueError, "empty batch"),
+    ("match([[1], []])", lambda c: c.match([[1], []]), ValueError, r"contexts\[1\] is empty"),
+    ("match((2, 0) array)", lambda c: c.match(np.zeros((2, 0), int)), ValueError,
+     r"contexts\[0\] is empty"),
+    ("match(-2**31-1)", lambda c: c.match([[1, -2**31 - 1]]), ValueError, "outside int32"),
+    ("match(float 2-D)", lambda c: c.match(np.ones((1, 2))), TypeError, "contexts.*float64"),
+    ("match(ids, no lens)", lambda c: c.match([[1, 2]], request_ids=["a"]), ValueError,
+     "total_lens is required"),
+    ("match(2 ids, 1 ctx)", lambda c: c.match([[1, 2]], request_ids=["a", "b"],
+                                              total_lens=[2, 2]), ValueError, "2 ids for 1"),
+    ("match(2 lens, 1 ctx)", lambda c: c.match([[1, 2]], request_ids=["a"], total_lens=[2, 3]),
+     ValueError, "total_lens has 2 values for 1"),
+    ("match(len < ctx)", lambda c: c.match([[1, 2]], request_ids=["a"], total_lens=[1]),
+     ValueError, r"total_lens\[0\] = 1 is shorter"),
+    ("match(negative len)", lambda c: c.match([[1]], request_ids=["a"], total_lens=[-4]),
+     ValueError, "shorter"),
+    ("match(duplicate ids)", lambda c: c.match([[1], [2]], request_ids=["a", "a"],
+                                               total_lens=[5, 5]), ValueError, "duplicates"),
+    ("match(dup 1 vs np.int64(1))", lambda c: c.match([[1], [2]], request_ids=[1, np.int64(1)],
+                                                      total_lens=[5, 5]), ValueError, "duplicates"),
+    ("match(float id)", lambda c: c.match([[1]], request_ids=[1.5], total_lens=[5]), TypeError,
+     r"request_ids\[0\] must be a str or an int"),
+    ("match(None id)", lambda c: c.match([[1]], request_ids=[None], total_lens=[5]), TypeError,
+     r"request_ids\[0\]"),
+    ("match(bool id)", lambda c: c.match([[1]], request_ids=[True], total_lens=[5]), TypeError,
+     r"request_ids\[0\]"),
+    ("match(ids='a')", lambda c: c.match([[1]], request_ids="a", total_lens=[5]), TypeError,
+     "request_ids must be"),
+    ("match(ids 0-d)", lambda c: c.match([[1]], request_ids=np.array(1), total_lens=[5]),
+     TypeError, "request_ids must be"),
+    ("match(ids dict)", lambda c: c.match([[1]], request_ids={"a": 1}, total_lens=[5]),
+     TypeError, "request_ids must be"),
+    ("match(len float)", lambda c: c.match([[1]], request_ids=["a"], total_lens=[2.5]),
+     TypeError, r"total_lens\[0\] must be an integer"),
+    ("match(len None)", lambda c: c.match([[1]], request_ids=["a"], total_lens=[None]),
+     TypeError, r"total_lens\[0\]"),
+    ("match(len bool)", lambda c: c.match([[1]], request_ids=["a"], total_lens=[True]),
+     TypeError, r"total_lens\[0\]"),
+    ("match(len 2**70)", lambda c: c.match([[1]], request_ids=["a"], total_lens=[2**70]),
+     ValueError, "int64"),
+    ("match(len uint64 max)", lambda c: c.match([[1]], request_ids=["a"],
+                                                total_lens=np.array([2**64 - 1], np.uint64)),
+     ValueError, "int64"),
+    ("match(lens 2-D)", lambda c: c.match([[1]], request_ids=["a"], total_lens=[[1]]),
+     TypeError, "total_lens"),
+    ("match(lens int)", lambda c: c.match([[1]], request_ids=["a"], total_lens=3), TypeError,
+     "total_lens must be"),
+    ("match(lens set)", lambda c: c.match([[1]], request_ids=["a"], total_lens={3}), TypeError,
+     "total_lens must be"),
+    ("match(lens junk, no ids)", lambda c: c.match([[1]], total_lens=["x"]), TypeError,
+     r"total_lens\[0\]"),
+    # erase
+    ("erase('abc')", lambda c: c.erase("abc"), TypeError, "request_ids must be"),
+    ("erase(None)", lambda c: c.erase(None), TypeError, "request_ids must be"),
+    ("erase(7)", lambda c: c.erase(7), TypeError, "request_ids must be"),
+    ("erase(0-d)", lambda c: c.erase(np.array(1)), TypeError, "request_ids must be"),
+    ("erase([None])", lambda c: c.erase(["a", None]), TypeError, r"request_ids\[1\]"),
+    ("erase(set)", lambda c: c.erase({"a"}), TypeError, "request_ids must be"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name, call, exc, message", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_rejected_cache_unchanged(backend, name, call, exc, message):
+    cache, twin = make(backend), make(backend)
+    before = snapshot(cache)
+    with pytest.raises(exc, match=message):
+        call(cache)
+    assert_same_snapshot(before, snapshot(cache))
+    # And it goes on exactly as an untouched twin (stateful matches included).
+    for c in (cache, twin):
+        c.insert([[3, 4, 5, 6]])
+    for ctx, rid, total in (([1, 2, 3, 4], "a", 11), ([7, 7, 7], 5, 3), ([3, 4], "n", 2)):
+        assert_array_equal(cache.match([ctx], request_ids=[rid], total_lens=[total]).tokens,
+                           twin.match([ctx], request_ids=[rid], total_lens=[total]).tokens)
+
+
+def test_config_bad_input():
+    for kwargs, exc, message in [
+        (dict(capacity=1e6), TypeError, "capacity must be an integer"),
+        (dict(capacity="100"), TypeError, "capacity"),
+        (dict(max_trie_depth="18"), TypeError, "max_trie_depth"),
+        (dict(max_bfs_breadth=True), TypeError, "bool"),
+        (dict(match_type=None), TypeError, "match_type"),
+        (dict(match_type="bfs"), ValueError, "match_type"),
+        (dict(profile=None), ValueError, "profile"),
+        (dict(capacity=18), ValueError, "capacity must be greater"),
+        (dict(capacity=2**40), ValueError, "int32"),
+        (dict(draft_token_num=0), ValueError, "draft_token_num"),
+        (dict(min_bfs_breadth=3, max_bfs_breadth=2), ValueError, "min_bfs_breadth"),
+    ]:
+        with pytest.raises(exc, match=message):
+            ns.NgramConfig(**kwargs)
+    with pytest.raises(TypeError, match="config must be an NgramConfig"):
+        ns.NgramCache(config={"capacity": 100})
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ns.NgramCache(capacity=100, backend=None)
+    with pytest.raises(TypeError, match="positional"):
+        ns.NgramCache(100)  # options are keyword-only
+    with pytest.raises(TypeError, match="mapping"):
+        ns.NgramConfig.from_sglang_args([("capacity", 10)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_odd_but_valid_arrays_are_accepted(backend):
+    cache, twin = make(backend), make(backend)
+    plain = [[1, 2, 3, 4, 5, 6], [2, 3, 9]]
+    strided = np.array([[1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0]], np.int64)[:, ::2]
+    readonly = np.array([2, 3, 9], np.int32)
+    readonly.setflags(write=False)
+    cache.insert([strided[0], readonly])
+    cache.insert(np.asfortranarray(np.array([[5, 6, 7], [6, 7, 1]], np.int16)))
+    cache.insert([np.array([4, 4, 5], dtype=">i8"), range(3, 6), (7, 8)])
+    twin.insert(plain)
+    twin.insert([[5, 6, 7], [6, 7, 1]])
+    twin.insert([[4, 4, 5], [3, 4, 5], [7, 8]])
+    assert_same_snapshot(snapshot(cache), snapshot(twin))
+    ctx = np.array([[9, 1, 9, 2, 9, 3]], np.uint8)[:, 1::2]
+    assert_array_equal(cache.match(ctx).tokens, twin.match([[1, 2, 3]]).tokens)
+    # Empty sequences in insert stay a no-op, as in SGLang.
+    before = snapshot(cache)
+    cache.insert([[], np.zeros(0, np.int64)])
+    cache.insert([])
+    assert_same_snapshot(before, snapshot(cache))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_total_len_going_backwards_rebuilds_the_state(backend):
+    cache = ns.NgramCache(**CFG, backend=backend)
+    cache.match([[5, 6]], request_ids=["a"], total_lens=[2])  # empty trie: suffixes absent
+    cache.insert([[5, 6, 7]])
+    # Same length: the state advances by nothing, and an absent suffix stays absent (SGLang).
+    assert cache.match([[5, 6]], request_ids=["a"], total_lens=[2]).num_drafts[0] == 0
+    # Backwards: rebuilt from the context, as SGLang does, so it now equals stateless matching.
+    back = cache.match([[6]], request_ids=["a"], total_lens=[1])
+    assert_array_equal(back.tokens, cache.match([[6]]).tokens)
+    assert back.num_drafts[0] == 1 and back.tokens[0, 1] == 7
+
+
+def test_enormous_batches():
+    cache = ns.NgramCache(**CFG)
+    rng = np.random.default_rng(1)
+    seqs = rng.integers(0, 30, size=(20_000, 8))
+    cache.insert(seqs)
+    assert len(cache) <= CFG["capacity"]
+    ctxs = rng.integers(0, 30, size=(50_000, 3))
+    whole = cache.match(ctxs)
+    parts = [cache.match(ctxs[i:i + 10_000]) for i in range(0, 50_000, 10_000)]
+    assert_array_equal(whole.tokens, np.concatenate([p.tokens for p in parts]))
+    assert_array_equal(whole.mask, np.concatenate([p.mask for p in parts]))
+    ids = np.arange(50_000)
+    stateful = cache.match(ctxs, request_ids=ids, total_lens=np.full(50_000, 3))
+    assert_array_equal(stateful.tokens, whole.tokens)
+    cache.erase(ids)
+    cache.check_integrity()
+
+
+# Random junk through every entry point: a clear exception and no change, or the same result
+# as the other backend.
+
+_scalars = st.one_of(st.integers(-3, 5), st.integers(), st.floats(allow_nan=True), st.text(
+    max_size=3), st.none(), st.booleans(), st.binary(max_size=2),
+    st.sampled_from([2**31, -2**31 - 1, 2**63, 2**64, np.int64(3), np.uint64(2**63),
+                     np.float32(1.0), math.inf]))
+
+
+def _arrays():
+    return st.tuples(st.sampled_from([np.int8, np.int32, np.int64, np.uint32, np.uint64,
+                                      np.float64, np.bool_, object]),
+                     st.lists(st.integers(0, 3), min_size=0, max_size=3),
+                     st.integers(-3, 2**33)).map(
+        lambda t: np.full(tuple(t[1]), t[2] % 7 if t[0] in (np.int8, np.bool_) else t[2],
+                          dtype=t[0]) if t[0] is not object else np.array(t[1], dtype=object))
+
+
+junk = st.recursive(st.one_of(_scalars, _arrays()),
+                    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                            st.tuples(inner, inner),
+                                            st.sets(st.integers(0, 5), max_size=3),
+                                            st.dictionaries(st.integers(0, 3), inner,
+                                                            max_size=2)),
+                    max_leaves=8)
+maybe_junk = st.one_of(st.none(), junk)
+
+
+def _call(cache, op, args):
+    if op == "insert":
+        return cache.insert(args[0])
+    if op == "match":
+        d = cache.match(args[0], request_ids=args[1], total_lens=args[2])
+        return d.tokens, d.mask, d.num_drafts
+    if op == "erase":
+        return cache.erase(args[0])
+    return ns.NgramCache(**args[0], backend=cache.backend)
+
+
+@given(op=st.sampled_from(["insert", "match", "erase", "config"]), data=st.data())
+@settings(max_examples=150, deadline=None)
+def test_random_junk_clear_error_or_correct_result(op, data):
+    if op == "config":
+        field = data.draw(st.sampled_from(["max_trie_depth", "min_bfs_breadth",
+                                           "max_bfs_breadth", "draft_token_num", "match_type",
+                                           "capacity", "profile", "config", "branch_length"]))
+        args = ({field: data.draw(junk)},)
+    elif op == "match":
+        args = (data.draw(junk), data.draw(maybe_junk), data.draw(maybe_junk))
+    else:
+        args = (data.draw(junk),)
+    caches = [make(b) for b in BACKENDS]
+    before = [snapshot(c) for c in caches]
+    outcomes = []
+    for cache, snap in zip(caches, before):
+        try:
+            outcomes.append(("ok", _call(cache, op, args)))
+        except (TypeError, ValueError) as e:
+            assert str(e), "an error must say what is wrong"
+            outcomes.append(("error", type(e)))
+            assert_same_snapshot(snap, snapshot(cache))
+    assert outcomes[0][0] == outcomes[1][0], outcomes
+    if outcomes[0][0] == "error":
+        assert outcomes[0][1] is outcomes[1][1]
+    elif op == "match":
+        for x, y in zip(outcomes[0][1], outcomes[1][1]):
+            assert_array_equal(x, y)
+    for cache in caches:
+        cache.check_integrity()
+    assert_same_snapshot(snapshot(caches[0]), snapshot(caches[1]))
