@@ -330,7 +330,8 @@ def _pack(seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
                      progress: ProgressFn | None):
     from .engine.backend import _BUCKET_COUNTS  # imports numba: only when simulating
-    from .engine.replay import DONE, L_NRUN, L_STEPS, NEED_ROOM, PAUSED, replay_kernel
+    from .engine.replay import (DONE, L_LEFT, L_NRUN, L_STEPS, LOOP_SIZE, NEED_ROOM, PAUSED,
+                                replay_kernel)
     from .engine.trie import TrieArrays
 
     p_flat, p_off = _pack(prompts)
@@ -344,7 +345,12 @@ def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
     st_n = np.zeros(rows, np.int32)
     st_node = np.full((rows, depth), -1, np.int32)
     st_ver = np.zeros((rows, depth), np.int64)
-    loop = np.zeros(3, np.int64)
+    loop = np.zeros(LOOP_SIZE, np.int64)
+    loop[L_LEFT] = sum(max(o.size - 1, 0) for o in outputs)
+    pc_node = np.zeros((rows, depth, depth), np.int32)
+    pc_ver = np.zeros((rows, depth, depth), np.int64)
+    pc_start = np.zeros(rows, np.int64)
+    pc_len = np.zeros(rows, np.int64)
     run_req = np.zeros(concurrency, np.int64)
     run_row = np.zeros(concurrency, np.int64)
     free_rows = np.arange(concurrency - 1, -1, -1, dtype=np.int64)
@@ -370,7 +376,8 @@ def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
             t.tok, t.par, t.freq, t.ver, t.c_head, t.c_next, t.c_prev, t.nchild, t.g_next,
             t.g_prev, t.free, t.ht_key, t.ht_val, t.meta, st_epoch, st_ptl, st_n, st_node,
             st_ver, _BUCKET_COUNTS, loop, run_req, run_row, free_rows, out_len, em_off,
-            em_steps, em_count, em_drafts, 0 if first else chunk)
+            em_steps, em_count, em_drafts, pc_node, pc_ver, pc_start, pc_len,
+            0 if first else chunk)
         if first:
             first = False
         else:

@@ -26,14 +26,93 @@ import numpy as np
 from .._jit import jit
 from .match import match_anchors
 from .tree import build_bfs, build_prob, fill_result
-from .trie import M_FREETOP, M_UNUSED, insert_kernel
+from .trie import (M_FREETOP, M_GHEAD, M_SIZE, M_UNUSED, _g_push_back, _g_push_front,
+                   _g_unlink, _ht_put, _push_child_front, _squeeze, _unlink_child, child_of)
 
-__all__ = ["replay_kernel", "DONE", "PAUSED", "NEED_ROOM", "L_NEXT", "L_NRUN", "L_STEPS"]
+__all__ = ["replay_kernel", "DONE", "PAUSED", "NEED_ROOM", "L_NEXT", "L_NRUN", "L_STEPS",
+           "L_LEFT", "LOOP_SIZE"]
 
 # Return codes.
 DONE, PAUSED, NEED_ROOM = 0, 1, 2
-# Slots of the int64 ``loop`` state array.
-L_NEXT, L_NRUN, L_STEPS = range(3)
+# Slots of the int64 ``loop`` state array: next request to admit, requests running, verify
+# steps done, an upper bound of the request-steps still to come (output tokens left).
+L_NEXT, L_NRUN, L_STEPS, L_LEFT = range(4)
+LOOP_SIZE = 4
+
+
+@jit
+def _insert_window(win, w, start, row, max_depth, capacity, lru, tok, par, freq, ver, c_head,
+                   c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path,
+                   pc_node, pc_ver, pc_start, pc_len):
+    """``insert_kernel`` for one window (every suffix, in order), with two shortcuts that
+    change nothing observable:
+
+    - the nodes of the request's previous window are remembered (``pc_*``, with versions):
+      the window moved forward by the tokens emitted, so most n-grams of this window were
+      paths of the previous one and need no hash lookup (a stale node, evicted since, is
+      looked up as usual);
+    - with ``lru`` False the global LRU list is not maintained: the caller has proven that
+      no eviction can happen for the rest of the run, and only eviction reads that list.
+
+    ``start`` is the absolute position of the window in its request's sequence.
+    """
+    old_start = pc_start[row]
+    old_len = pc_len[row]
+    for i in range(w):
+        length = min(w - i, max_depth)
+        free_count = capacity - meta[M_SIZE]
+        if length > free_count:
+            _squeeze(length - free_count, tok, par, ver, c_head, c_next, c_prev, nchild,
+                     g_next, g_prev, free, ht_key, ht_val, meta)
+        oi = start + i - old_start
+        known = old_len - oi if 0 <= oi < old_len else 0
+        cur = 0
+        for k in range(length):
+            t = win[i + k]
+            child = -1
+            if k < known:
+                cand = pc_node[row, oi, k]
+                if ver[cand] == pc_ver[row, oi, k]:
+                    child = cand
+            if child == -1:
+                child = child_of(ht_key, ht_val, cur, t)
+            if child == -1:
+                if meta[M_FREETOP] > 0:
+                    meta[M_FREETOP] -= 1
+                    child = free[meta[M_FREETOP]]
+                else:
+                    child = meta[M_UNUSED]
+                    meta[M_UNUSED] += 1
+                meta[M_SIZE] += 1
+                tok[child] = t
+                par[child] = cur
+                freq[child] = 1
+                c_head[child] = -1
+                nchild[child] = 0
+                _ht_put(ht_key, ht_val, cur, t, child)
+                _push_child_front(c_head, c_next, c_prev, cur, child)
+                nchild[cur] += 1
+                if lru:
+                    _g_push_back(g_next, g_prev, meta, child)
+            else:
+                freq[child] += 1
+                if c_head[cur] != child:
+                    _unlink_child(c_head, c_next, c_prev, cur, child)
+                    _push_child_front(c_head, c_next, c_prev, cur, child)
+            path[k] = child
+            cur = child
+        if lru:
+            for k in range(length - 1, -1, -1):
+                node = path[k]
+                if meta[M_GHEAD] != node:
+                    _g_unlink(g_next, g_prev, meta, node)
+                    _g_push_front(g_next, g_prev, meta, node)
+        # Remember this suffix's nodes (reads of the old entries above came first: oi >= i).
+        for k in range(length):
+            pc_node[row, i, k] = path[k]
+            pc_ver[row, i, k] = ver[path[k]]
+    pc_start[row] = start
+    pc_len[row] = w
 
 
 @jit
@@ -41,13 +120,14 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
                   prob_mode, capacity, tok, par, freq, ver, c_head, c_next, c_prev, nchild,
                   g_next, g_prev, free, ht_key, ht_val, meta, st_epoch, st_ptl, st_n, st_node,
                   st_ver, bucket_counts, loop, run_req, run_row, free_rows, out_len, em_off,
-                  em_steps, em_count, em_drafts, max_steps):
+                  em_steps, em_count, em_drafts, pc_node, pc_ver, pc_start, pc_len, max_steps):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
     emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree); ``em_steps[r]``
     counts its steps and ``out_len[r]`` its output tokens so far.  ``loop`` holds the next
-    request to admit, the number running and the steps done; ``run_req``/``run_row`` the
+    request to admit, the number running, the steps done and the output tokens left;
+    ``pc_*`` the remembered window paths per state row; ``run_req``/``run_row`` the
     running requests in batch order and their match-state rows; ``free_rows`` (a stack whose
     size is ``concurrency - loop[L_NRUN]``) the unused state rows.
     """
@@ -79,7 +159,6 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
     win_off = np.zeros(concurrency + 1, np.int64)
     emitted = np.empty(concurrency, np.int64)
     path = np.empty(depth, np.int32)
-    pos = np.zeros(2, np.int64)
     per_window = depth * (depth + 1) // 2
     steps_here = 0
     while True:
@@ -94,6 +173,7 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
                 st_epoch[row] = 0  # a new request's state always rebuilds
                 st_ptl[row] = 0
                 st_n[row] = 0
+                pc_len[row] = 0  # no remembered window
                 run_req[k] = r
                 run_row[k] = row
                 loop[L_NRUN] = k + 1
@@ -160,18 +240,24 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
             em_count[at] = e
             em_drafts[at] = used
             em_steps[r] += 1
-        # Insert the same windows, in batch order.
-        pos[0] = 0
-        pos[1] = 0
-        if not insert_kernel(win_flat, win_off[:nrun + 1], 0, depth, capacity, tok, par, freq,
-                             ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free, ht_key,
-                             ht_val, meta, path, pos):
-            return -1  # cannot happen: room was checked above
+        # Insert the same windows, in batch order.  Every request-step to come inserts at
+        # most per_window new nodes: when those cannot fill the trie, nothing will ever be
+        # evicted and the LRU list (read only by eviction) need not be kept.
+        lru = meta[M_SIZE] + loop[L_LEFT] * per_window > capacity
+        for b in range(nrun):
+            r = run_req[b]
+            lo = win_off[b]
+            w = win_off[b + 1] - lo
+            _insert_window(win_flat[lo:lo + w], w, p_off[r + 1] - p_off[r] + out_len[r] - w,
+                           run_row[b], depth, capacity, lru, tok, par, freq, ver, c_head, c_next,
+                           c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path,
+                           pc_node, pc_ver, pc_start, pc_len)
         # Append; finished requests leave (order kept) and free their state rows.
         keep = 0
         for b in range(nrun):
             r = run_req[b]
             out_len[r] += emitted[b]
+            loop[L_LEFT] -= emitted[b]
             if out_len[r] < o_off[r + 1] - o_off[r]:
                 run_req[keep] = run_req[b]
                 run_row[keep] = run_row[b]
