@@ -113,7 +113,8 @@ def main() -> None:
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d')} | medians of {args.repeats}\n")
     print("| match type | concurrency | tokens/step | ngramspec compiled loop | SGLang loop "
-          "(Python-driven) | SGLang C calls alone | speed ratio (ngramspec / SGLang C calls; > 1: ngramspec faster) |")
+          "(Python-driven) | SGLang C calls alone | speed ratio (ngramspec / SGLang C calls; "
+          "> 1: ngramspec faster) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for mt in args.match_type:
         cfg = ns.NgramConfig(match_type=mt)

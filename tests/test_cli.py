@@ -67,7 +67,8 @@ def test_simulate_default_corpus_limit():
     (["simulate", "no-such-file.jsonl"], "no such file"),
     (["simulate", "--limit", "2", "--by", "colour"], "no request has that field"),
     (["simulate", "--limit", "0"], "--limit must be >= 1"),
-    (["sweep", "--limit", "2", "--draft-token-num", "4,x"], "--draft-token-num: 'x' is not an integer"),
+    (["sweep", "--limit", "2", "--draft-token-num", "4,x"],
+     "--draft-token-num: 'x' is not an integer"),
     (["sweep", "--limit", "2", "--match-type", "BFS,DFS"], "'DFS' is not one of BFS, PROB"),
     (["sweep", "--limit", "2", "--jobs", "0"], "--jobs must be >= 1"),
 ])

@@ -74,8 +74,10 @@ def test_parquet(tmp_path):
      r"s\.jsonl:2: output_ids\[1\] must be an integer token id, got float"),
     ('{"id": "a", "prompt_ids": [true], "output_ids": [2]}',
      r"s\.jsonl:2: prompt_ids\[0\] must be an integer token id, got bool"),
-    ('{"id": "a", "prompt_ids": [1], "output_ids": [4294967296]}', r"s\.jsonl:2: .* outside int32"),
-    ('{"id": "a", "prompt_ids": [1], "output_ids": []}', r"s\.jsonl:2: field 'output_ids' is empty"),
+    ('{"id": "a", "prompt_ids": [1], "output_ids": [4294967296]}',
+     r"s\.jsonl:2: .* outside int32"),
+    ('{"id": "a", "prompt_ids": [1], "output_ids": []}',
+     r"s\.jsonl:2: field 'output_ids' is empty"),
     ('{"id": "r1", "prompt_ids": [1], "output_ids": [2]}', r"duplicate id 'r1' \(requests 0 and 1\)"),
 ])
 def test_malformed_line_names_file_and_line(tmp_path, line, message):

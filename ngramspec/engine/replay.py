@@ -41,7 +41,7 @@ LOOP_SIZE = 4
 
 
 @jit
-def _insert_window(win, w, start, row, max_depth, capacity, lru, tok, par, freq, ver, c_head,
+def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par, freq, ver, c_head,
                    c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path,
                    pc_node, pc_ver, pc_start, pc_len):
     """``insert_kernel`` for one window (every suffix, in order), with two shortcuts that
@@ -53,6 +53,8 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, tok, par, freq,
       looked up as usual);
     - with ``lru`` False the global LRU list is not maintained: the caller has proven that
       no eviction can happen for the rest of the run, and only eviction reads that list.
+      Without eviction no node goes stale, so ``check`` (the version checks of remembered
+      nodes) is needed only while evictions were still possible at the previous step.
 
     ``start`` is the absolute position of the window in its request's sequence.
     """
@@ -72,7 +74,7 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, tok, par, freq,
             child = -1
             if k < known:
                 cand = pc_node[row, oi, k]
-                if ver[cand] == pc_ver[row, oi, k]:
+                if not check or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
             if child == -1:
                 child = child_of(ht_key, ht_val, cur, t)
@@ -110,7 +112,8 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, tok, par, freq,
         # Remember this suffix's nodes (reads of the old entries above came first: oi >= i).
         for k in range(length):
             pc_node[row, i, k] = path[k]
-            pc_ver[row, i, k] = ver[path[k]]
+            if check:
+                pc_ver[row, i, k] = ver[path[k]]
     pc_start[row] = start
     pc_len[row] = w
 
@@ -161,6 +164,7 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
     path = np.empty(depth, np.int32)
     per_window = depth * (depth + 1) // 2
     steps_here = 0
+    checked_lru = True  # whether evictions were possible at the previous step (True: unknown)
     while True:
         # Admission (prefill): the first output token; prefill neither matches nor inserts.
         while loop[L_NEXT] < n_req and loop[L_NRUN] < concurrency:
@@ -244,14 +248,16 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
         # most per_window new nodes: when those cannot fill the trie, nothing will ever be
         # evicted and the LRU list (read only by eviction) need not be kept.
         lru = meta[M_SIZE] + loop[L_LEFT] * per_window > capacity
+        check = lru or checked_lru
+        checked_lru = lru
         for b in range(nrun):
             r = run_req[b]
             lo = win_off[b]
             w = win_off[b + 1] - lo
             _insert_window(win_flat[lo:lo + w], w, p_off[r + 1] - p_off[r] + out_len[r] - w,
-                           run_row[b], depth, capacity, lru, tok, par, freq, ver, c_head, c_next,
-                           c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path,
-                           pc_node, pc_ver, pc_start, pc_len)
+                           run_row[b], depth, capacity, lru, check, tok, par, freq, ver, c_head,
+                           c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta,
+                           path, pc_node, pc_ver, pc_start, pc_len)
         # Append; finished requests leave (order kept) and free their state rows.
         keep = 0
         for b in range(nrun):
