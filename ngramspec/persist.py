@@ -68,6 +68,13 @@ _ARRAYS = {"node_token": ("<i4", 1), "node_parent": ("<i4", 1), "node_freq": ("<
            "state_count": ("<i4", 1), "state_refs": ("<i4", 2)}
 
 
+def _as_path(path: Any) -> str:
+    fs = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(fs, str):
+        raise TypeError(f"path must be a str or os.PathLike of str, got {type(path).__name__}")
+    return fs
+
+
 def _sha256(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
@@ -171,9 +178,7 @@ def save_cache(cache: "NgramCache", path: str | os.PathLike) -> None:
     """Write ``cache`` to ``path`` atomically (see the module docstring for the format)."""
     from . import __version__
 
-    path = os.fspath(path)
-    if not isinstance(path, str):
-        raise TypeError(f"path must be a str or os.PathLike of str, got {type(path).__name__}")
+    path = _as_path(path)
     cache.synchronize()
     with cache._lock:
         epoch, arrays, keys = _canonical(cache)
@@ -365,9 +370,7 @@ def load_cache(path: str | os.PathLike, *, backend: str | None = None,
     """Read a cache written by :func:`save_cache`; :class:`CacheFileError` if it is bad."""
     from .cache import BACKENDS, NgramCache
 
-    path = os.fspath(path)
-    if not isinstance(path, str):
-        raise TypeError(f"path must be a str or os.PathLike of str, got {type(path).__name__}")
+    path = _as_path(path)
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
     if config is not None and not isinstance(config, NgramConfig):
