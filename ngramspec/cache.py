@@ -136,6 +136,10 @@ class NgramCache:
         See :class:`NgramConfig`.
     profile, branch_length, min_match_window_size, max_match_window_size
         See :class:`NgramConfig`; the last three belong to ``profile="sglang-0.5.9"``.
+    index_prompt, exact_counts, local_index, min_token_prob, max_spec_factor, min_expected_accept
+        Options beyond SGLang, all off by default; see :class:`NgramConfig`.  The first three
+        are :class:`Drafter` policies; the last three tune ``match_type="ADAPTIVE"``, whose
+        matching is stateless (``request_ids``/``total_lens`` are checked and not used).
     config : NgramConfig, optional
         A complete configuration instead of the individual options.
     backend : {"numba", "reference"}
@@ -170,13 +174,20 @@ class NgramCache:
                  profile: str | None = None, branch_length: int | None = None,
                  min_match_window_size: int | None = None,
                  max_match_window_size: int | None = None,
+                 index_prompt: bool | None = None, exact_counts: bool | None = None,
+                 local_index: bool | None = None, min_token_prob: float | None = None,
+                 max_spec_factor: float | None = None,
+                 min_expected_accept: float | None = None,
                  config: NgramConfig | None = None, backend: str = "numba") -> None:
         options = {k: v for k, v in dict(
             max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
             max_bfs_breadth=max_bfs_breadth, draft_token_num=draft_token_num,
             match_type=match_type, capacity=capacity, profile=profile,
             branch_length=branch_length, min_match_window_size=min_match_window_size,
-            max_match_window_size=max_match_window_size).items() if v is not None}
+            max_match_window_size=max_match_window_size, index_prompt=index_prompt,
+            exact_counts=exact_counts, local_index=local_index, min_token_prob=min_token_prob,
+            max_spec_factor=max_spec_factor,
+            min_expected_accept=min_expected_accept).items() if v is not None}
         if config is not None:
             if options:
                 raise ValueError(f"pass either config= or individual options, not both "
@@ -322,10 +333,29 @@ class NgramCache:
                                  f"contexts[{i}] ({sizes[i]} tokens)")
             if keys is None:
                 lens = None  # checked, and meaningless without ids
+        if self._config.match_type == "ADAPTIVE":
+            return self._match_adaptive(batch)
         self.synchronize()
         with self._lock:
             tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch(tokens, mask, num_drafts)
+
+    # What Drafter's options beyond SGLang use (inputs already validated) --------------------
+
+    def _match_adaptive(self, batch: list[np.ndarray],
+                        local: Sequence["NgramCache | None"] | None = None) -> DraftBatch:
+        """ADAPTIVE drafts; ``local[b]``: request b's own cache, searched before this one."""
+        self.synchronize()
+        locals_ = None if local is None else [None if c is None else c._backend for c in local]
+        with self._lock:
+            tokens, mask, num, probs = self._backend.match_adaptive(batch, locals_)
+        return DraftBatch(tokens, mask, num, probs)
+
+    def _insert_counted(self, sequences: list[np.ndarray], count_from: Sequence[int]) -> None:
+        """Insert with exact counting: only positions ``>= count_from[s]`` of sequence s count."""
+        self.synchronize()
+        with self._lock:
+            self._backend.insert_counted(sequences, count_from)
 
     def erase(self, request_ids: Sequence[Any]) -> None:
         """Forget the match states of these requests; unknown ids are a no-op."""

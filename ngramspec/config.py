@@ -9,7 +9,12 @@ from typing import Any, Literal, Mapping
 
 __all__ = ["NgramConfig", "MATCH_TYPES", "PROFILES"]
 
-MATCH_TYPES = ("BFS", "PROB")
+MATCH_TYPES = ("BFS", "PROB", "ADAPTIVE")
+#: Options beyond SGLang (all off by default): what ``Drafter`` and the ADAPTIVE builder add.
+BEYOND_SGLANG = ("index_prompt", "exact_counts", "local_index", "min_token_prob",
+                 "max_spec_factor", "min_expected_accept")
+_ADAPTIVE_ONLY = ("min_token_prob", "max_spec_factor", "min_expected_accept")
+_ADAPTIVE_MAX_DRAFT = 1024
 #: SGLang releases whose drafter can be reproduced; the first is the default.
 PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
 
@@ -39,6 +44,13 @@ _SGLANG_PROFILE_ARGS = {
                      "max_match_window_size": "max_match_window_size"},
 }
 _SGLANG_UNSUPPORTED = ("external_corpus_path", "external_sam_budget", "external_corpus_max_tokens")
+
+
+def _np_bool_types() -> tuple[type, ...]:
+    """NumPy's bool type when NumPy is imported (a config never imports it itself)."""
+    import sys
+    np = sys.modules.get("numpy")
+    return (np.bool_,) if np is not None else ()
 
 
 def _check_int(name: str, value: Any) -> int:
@@ -77,8 +89,9 @@ class NgramConfig:
         Size of the draft tree *including the root* (SGLang's meaning); the budget of drafted
         nodes is ``draft_token_num - 1``.  Must be > 0.  Default 12 in ``sglang-0.5.23``; in
         ``sglang-0.5.9`` ``max_match_window_size`` (12 by default), as that server resolved it.
-    match_type : {"BFS", "PROB"}
-        ``"BFS"`` expands by recency, ``"PROB"`` best-first by frequency.  (The 0.5.9 server
+    match_type : {"BFS", "PROB", "ADAPTIVE"}
+        ``"BFS"`` expands by recency, ``"PROB"`` best-first by frequency (SGLang's two);
+        ``"ADAPTIVE"`` is ngramspec's own (see below).  (The 0.5.9 server
         never passed this option to its cache and always ran BFS; this profile honours it.)
     capacity : int
         Trie nodes, root included.  Must exceed the trie depth (``max_trie_depth`` or
@@ -86,6 +99,36 @@ class NgramConfig:
         front.  Default 10,000,000.
     profile : {"sglang-0.5.23", "sglang-0.5.9"}
         Which SGLang release's behaviour to reproduce.
+
+    Options beyond SGLang (``sglang-0.5.23`` profile only; all off by default, so that the
+    default stays SGLang-exact; :meth:`recommended` turns on the combination measured best):
+
+    index_prompt : bool
+        :class:`~ngramspec.Drafter` indexes each request's whole prompt when it is added
+        (SGLang's worker only ever inserts the last ``max_trie_depth`` prompt tokens).
+    exact_counts : bool
+        :class:`~ngramspec.Drafter` counts every n-gram occurrence once: it inserts only the
+        n-grams that end at newly appended tokens, as soon as they are appended, instead of
+        re-inserting the overlapping window every step (which counts the same occurrence many
+        times and delays the newest tokens by a step).
+    local_index : bool
+        :class:`~ngramspec.Drafter` keeps a per-request trie of the request's own prompt and
+        output (exact counts) beside the shared trie, which then receives a request's sequence
+        when it finishes; ADAPTIVE drafts from the request's own trie first.
+    match_type="ADAPTIVE"
+        Best-first expansion by an estimated path probability (products of
+        ``freq(child) / freq(node)``), anchors longest first, into one tree; per-slot
+        probabilities and the expected accept length are on the :class:`~ngramspec.DraftBatch`.
+    min_token_prob : float
+        ADAPTIVE only: candidates less probable than this are not drafted (0 = fill the
+        budget).
+    max_spec_factor : float
+        ADAPTIVE only: an anchor of length ``d`` drafts at most ``max(1, int(factor * d))``
+        nodes (0 = no such cap): short matches earn short drafts.
+    min_expected_accept : float
+        ADAPTIVE only: draft nothing when the expected accept length (``1 +`` the sum of the
+        drafted probabilities) is below this: a step without drafts can run as a plain decode.
+        The break-even of a cost model (verify time / decode time) is the natural value.
     branch_length : int, optional
         ``sglang-0.5.9`` only (default 18).  Longest path stored in the trie (renamed
         ``max_trie_depth`` later); the worker inserts the last ``branch_length`` tokens.
@@ -119,12 +162,18 @@ class NgramConfig:
     min_bfs_breadth: int = 1
     max_bfs_breadth: int = 10
     draft_token_num: int | None = None
-    match_type: Literal["BFS", "PROB"] = "BFS"
+    match_type: Literal["BFS", "PROB", "ADAPTIVE"] = "BFS"
     capacity: int = 10_000_000
     profile: str = "sglang-0.5.23"
     branch_length: int | None = None
     min_match_window_size: int | None = None
     max_match_window_size: int | None = None
+    index_prompt: bool = False
+    exact_counts: bool = False
+    local_index: bool = False
+    min_token_prob: float = 0.0
+    max_spec_factor: float = 0.0
+    min_expected_accept: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, str) or self.profile not in PROFILES:
@@ -149,6 +198,7 @@ class NgramConfig:
                             f"got {type(self.match_type).__name__} {self.match_type!r}")
         if self.match_type not in MATCH_TYPES:
             raise ValueError(f"match_type must be one of {MATCH_TYPES}, got {self.match_type!r}")
+        self._check_beyond_sglang()
         # SGLang's own constructor checks, in its order.
         depth_name = "max_trie_depth" if self.profile == "sglang-0.5.23" else "branch_length"
         if self.trie_depth <= 1:
@@ -181,6 +231,63 @@ class NgramConfig:
             if getattr(self, name) > _INT32_MAX:
                 raise ValueError(f"{name} must fit in int32 (<= {_INT32_MAX}), "
                                  f"got {getattr(self, name)}")
+
+    def _check_beyond_sglang(self) -> None:
+        for name in ("index_prompt", "exact_counts", "local_index"):
+            if not isinstance(getattr(self, name), (bool, _np_bool_types())):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
+        for name in _ADAPTIVE_ONLY:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+            value = float(value)
+            if not (value >= 0.0 and value != float("inf")):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+            object.__setattr__(self, name, value)
+        if self.min_token_prob > 1.0:
+            raise ValueError(f"min_token_prob is a probability (0..1), got {self.min_token_prob}")
+        beyond = [n for n in BEYOND_SGLANG if getattr(self, n)]
+        if self.match_type == "ADAPTIVE":
+            beyond.append("match_type='ADAPTIVE'")
+        if beyond and self.profile != "sglang-0.5.23":
+            raise ValueError(f"{', '.join(beyond)}: options beyond SGLang exist for profile "
+                             f"'sglang-0.5.23' only, not {self.profile!r}")
+        if self.local_index and self.match_type != "ADAPTIVE":
+            raise ValueError("local_index=True drafts through match_type='ADAPTIVE' (SGLang's "
+                             f"BFS/PROB have one trie), got match_type={self.match_type!r}")
+        if self.match_type != "ADAPTIVE":
+            set_ = [n for n in _ADAPTIVE_ONLY if getattr(self, n)]
+            if set_:
+                raise ValueError(f"{', '.join(set_)} only apply to match_type='ADAPTIVE' "
+                                 f"(got match_type={self.match_type!r})")
+        elif self.draft_token_num is not None and self.draft_token_num > _ADAPTIVE_MAX_DRAFT:
+            raise ValueError(f"draft_token_num must be <= {_ADAPTIVE_MAX_DRAFT} with "
+                             f"match_type='ADAPTIVE', got {self.draft_token_num}")
+
+    @property
+    def sglang_exact(self) -> bool:
+        """True when no option beyond SGLang is on: the drafts are SGLang's, bit for bit."""
+        return self.match_type != "ADAPTIVE" and not any(
+            getattr(self, n) for n in BEYOND_SGLANG)
+
+    @classmethod
+    def recommended(cls, **overrides: Any) -> "NgramConfig":
+        """The options beyond SGLang that measured best on the shipped recorded streams:
+        prompt indexing, a per-request index, exact counts, ADAPTIVE drafts with
+        ``min_token_prob=0.1`` and ``max_spec_factor=3`` (see the README for the figures).
+
+        Examples
+        --------
+        >>> cfg = NgramConfig.recommended(capacity=1_000_000)
+        >>> cfg.match_type, cfg.local_index, cfg.sglang_exact
+        ('ADAPTIVE', True, False)
+        """
+        options: dict[str, Any] = dict(index_prompt=True, exact_counts=True, local_index=True,
+                                       match_type="ADAPTIVE", min_token_prob=0.1,
+                                       max_spec_factor=3.0)
+        options.update(overrides)
+        return cls(**options)
 
     @property
     def trie_depth(self) -> int:

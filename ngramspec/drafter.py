@@ -12,6 +12,21 @@ SGLang 0.5.23's worker (spec sections 2.4, 3.1-3.2 and 5.4):
   tokens accepted at this step reach the trie only at the next step), then appends each
   request's emitted tokens;
 - ``finish`` forgets the request and erases its match state.
+
+Profile ``sglang-0.5.9`` follows that release's worker instead (legacy spec section 7.2):
+``propose`` matches the last ``max_match_window_size`` tokens statelessly, and ``accept``
+appends first, then inserts the last ``branch_length`` tokens of every request of the batch.
+
+The options beyond SGLang (``index_prompt``, ``exact_counts``, ``local_index``; see
+:class:`NgramConfig`) change only what is inserted where and when:
+
+- with ``exact_counts`` or ``local_index``, each n-gram occurrence of a request's sequence is
+  counted once, as soon as its last token is known (prompt n-grams too with
+  ``index_prompt``); without them, the windows above are inserted, plus the whole prompt at
+  admission with ``index_prompt``;
+- with ``local_index``, those exact counts go to the request's own trie, and the shared trie
+  receives the request's sequence when it finishes (``exact_counts``) or SGLang's windows
+  every step (without).
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ class _Request:
     prompt_len: int
     steps: int = 0
     emitted: list[int] = field(default_factory=list)
+    local: NgramCache | None = None  # local_index: the request's own trie
 
     def tokens(self) -> np.ndarray:
         return self.buf[:self.size]
@@ -106,6 +122,9 @@ class Drafter:
             if config is not None and not isinstance(config, NgramConfig):
                 raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
             self.cache = NgramCache(config=config or NgramConfig(), backend=backend)
+        cfg = self.cache.config
+        # Exact counting (once per occurrence, as tokens arrive) into which trie.
+        self._exact = cfg.exact_counts or cfg.local_index
         self._requests: dict[Hashable, _Request] = {}
         # Windows matched by propose() and not yet inserted, in batch order.
         self._pending: dict[Hashable, np.ndarray] = {}
@@ -160,7 +179,26 @@ class Drafter:
         req = _Request(buf, 0, int(prompt.size))
         req.append(prompt)
         req.append(first)
+        cfg = self.config
+        if cfg.local_index:
+            req.local = NgramCache(config=cfg.replace(index_prompt=False, exact_counts=False,
+                                                      local_index=False),
+                                   backend=self.cache.backend)
+        if self._exact:
+            self._count(req, 0 if cfg.index_prompt else req.prompt_len)
+        elif cfg.index_prompt and prompt.size:
+            self.cache.insert([prompt])
         self._requests[key] = req
+
+    def _count(self, req: _Request, start: int, into: NgramCache | None = None) -> None:
+        """Count once every n-gram of the request's sequence that ends at ``start`` or later
+        (up to the trie depth long), into ``into`` (default: its own trie, else the shared
+        one)."""
+        if start >= req.size:
+            return
+        target = into if into is not None else req.local if req.local is not None else self.cache
+        lo = max(0, start - self.config.trie_depth + 1)
+        target._insert_counted([req.tokens()[lo:].copy()], [start - lo])
 
     def total_len(self, rid: Any) -> int:
         """Tokens of the request so far, prompt included.  The KV cache of the target holds
@@ -180,24 +218,31 @@ class Drafter:
         """Draft trees for these requests, in this order (one row each).
 
         Matches each request's last ``max_trie_depth`` tokens statefully, with its full
-        length as ``total_len``.  Every request proposed must be accepted (or finished) before
-        it is proposed again.
+        length as ``total_len`` (0.5.9: the last ``max_match_window_size``, statelessly;
+        ADAPTIVE: statelessly, the request's own trie first with ``local_index``).  Every
+        request proposed must be accepted (or finished) before it is proposed again.
         """
         if isinstance(rids, (str, bytes)) or not isinstance(rids, (Sequence, np.ndarray)):
             raise TypeError(f"rids must be a sequence of request ids, got {type(rids).__name__}")
         if len(rids) == 0:
             raise ValueError("rids is empty; propose at least one request")
-        keys, contexts, lens = [], [], []
-        depth = self.config.max_trie_depth
+        keys, contexts, lens, locals_ = [], [], [], []
+        cfg = self.config
         for i, rid in enumerate(rids):
             key, req = self._get(rid, f"rids[{i}]")
-            if key in self._pending:
+            if key in self._pending or key in keys:
                 raise ValueError(f"rids[{i}] = {rid!r} was proposed and not accepted yet; call "
                                  "accept() for it first")
             keys.append(key)
-            contexts.append(req.tokens()[-depth:])
+            contexts.append(req.tokens()[-cfg.match_length:])
             lens.append(req.size)
-        drafts = self.cache.match(contexts, request_ids=keys, total_lens=lens)
+            locals_.append(req.local)
+        if cfg.match_type == "ADAPTIVE":
+            drafts = self.cache._match_adaptive(contexts, locals_ if cfg.local_index else None)
+        elif cfg.stateful:
+            drafts = self.cache.match(contexts, request_ids=keys, total_lens=lens)
+        else:
+            drafts = self.cache.match(contexts)
         for key, ctx in zip(keys, contexts):
             self._pending[key] = ctx.copy()
         return drafts
@@ -233,12 +278,21 @@ class Drafter:
         if missing:
             raise ValueError(f"emitted lacks pending requests {missing}: every request of the "
                              "proposed batch is accepted together (finish() drops one)")
-        self.cache.insert(list(self._pending.values()))
+        cfg = self.config
+        sglang_windows = not self._exact or (cfg.local_index and not cfg.exact_counts)
+        if sglang_windows and cfg.stateful:  # 0.5.23: the windows matched, before appending
+            self.cache.insert(list(self._pending.values()))
         for key in self._pending:
             req = self._requests[key]
+            before = req.size
             req.append(checked[key])
             req.steps += 1
             req.emitted.append(int(checked[key].size))
+            if self._exact:
+                self._count(req, before)
+        if sglang_windows and not cfg.stateful:  # 0.5.9: after appending, every request
+            self.cache.insert([self._requests[k].tokens()[-cfg.insert_length:].copy()
+                               for k in self._pending])
         self._pending.clear()
 
     def steps(self, rid: Any) -> list[int]:
@@ -247,10 +301,14 @@ class Drafter:
 
     def finish(self, rid: Any) -> None:
         """The request is done: forget it, its pending window, and its match state."""
-        key, _ = self._get(rid, "rid")
+        key, req = self._get(rid, "rid")
+        cfg = self.config
+        if cfg.local_index and cfg.exact_counts:  # the shared trie learns the whole request
+            self._count(req, 0 if cfg.index_prompt else req.prompt_len, into=self.cache)
         del self._requests[key]
         self._pending.pop(key, None)
-        self.cache.erase([key])
+        if cfg.stateful:
+            self.cache.erase([key])
 
     def finish_all(self, rids: Iterable[Any] | None = None) -> None:
         """``finish`` these requests (all in flight if omitted)."""

@@ -26,6 +26,9 @@ class DraftBatch:
         ancestors (rows are queries, columns keys).
     num_drafts : np.ndarray
         (B,) int32: slots holding real drafts, root and padding excluded.
+    probs : np.ndarray or None
+        (B, n) float64, ADAPTIVE drafts only: the estimated probability that the target
+        produces each slot's whole path (1 for the root, 0 for padding); None otherwise.
 
     Examples
     --------
@@ -42,12 +45,24 @@ class DraftBatch:
     array([[10, 11, 11, 12, 13]])
     """
 
-    def __init__(self, tokens: np.ndarray, mask: np.ndarray, num_drafts: np.ndarray) -> None:
+    def __init__(self, tokens: np.ndarray, mask: np.ndarray, num_drafts: np.ndarray,
+                 probs: np.ndarray | None = None) -> None:
         self.tokens = tokens
         self.mask = mask
         self.num_drafts = num_drafts
-        for a in (tokens, mask, num_drafts):
+        self.probs = probs
+        for a in (tokens, mask, num_drafts) + ((probs,) if probs is not None else ()):
             a.setflags(write=False)
+
+    @property
+    def expected_accept_lens(self) -> np.ndarray:
+        """(B,) float64: the expected accept length of each tree, ``1 +`` the sum of its
+        drafted nodes' probabilities (ADAPTIVE drafts only: SGLang's modes estimate none)."""
+        if self.probs is None:
+            raise ValueError("these drafts carry no probabilities: only match_type='ADAPTIVE' "
+                             "estimates them")
+        real = np.arange(self.draft_token_num)[None, :] <= self.num_drafts[:, None]
+        return np.where(real, self.probs, 0.0).sum(axis=1)
 
     @property
     def batch_size(self) -> int:

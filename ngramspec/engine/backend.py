@@ -11,7 +11,8 @@ from ..config import NgramConfig
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
 from .match import match_anchors, window_anchors
 from .tree import build_bfs_scheduled, build_prob, fill_result
-from .trie import M_SIZE, TrieArrays, insert_kernel
+from .adaptive import adaptive_scratch, draft_adaptive
+from .trie import M_SIZE, TrieArrays, insert_counted_kernel, insert_kernel
 
 __all__ = ["EngineBackend"]
 
@@ -122,6 +123,7 @@ class EngineBackend:
         # Suffix starts an insert skips at the end: none in 0.5.23, min_match_window_size in 0.5.9.
         self.insert_skip = 0 if config.stateful else int(config.min_match_window_size or 0)
         self._rows: dict[Hashable, int] = {}
+        self._adaptive_scratch = None
         self._alloc_states(16)
         self._free_rows = list(range(15, 0, -1))  # row 0 is scratch for stateless matching
 
@@ -195,6 +197,48 @@ class EngineBackend:
                      t.nchild, t.ht_key, t.ht_val, t.meta, self.st_epoch, self.st_ptl,
                      self.st_n, self.st_node, self.st_ver, _BUCKET_COUNTS, tokens, mask, num)
         return tokens, mask, num
+
+    def insert_counted(self, sequences: Sequence[np.ndarray], count_from: Sequence[int]) -> None:
+        """Exact counting: every suffix inserted, only positions ``>= count_from`` counted."""
+        keep = [(s, c) for s, c in zip(sequences, count_from) if s.size]
+        if not keep:
+            return
+        flat, offsets = _pack([s for s, _ in keep])
+        counts = np.asarray([c for _, c in keep], dtype=np.int64)
+        pos = np.zeros(2, np.int64)
+        t = self.trie
+        while not insert_counted_kernel(flat, offsets, self.insert_skip, counts,
+                                        self.config.trie_depth, self.config.capacity, t.tok,
+                                        t.par, t.freq, t.ver, t.c_head, t.c_next, t.c_prev,
+                                        t.nchild, t.g_next, t.g_prev, t.free, t.ht_key,
+                                        t.ht_val, t.meta, self._path, pos):
+            t.grow()
+
+    def match_adaptive(self, contexts: Sequence[np.ndarray],
+                       local: Sequence["EngineBackend | None"] | None = None,
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """ADAPTIVE drafts (stateless); ``local[b]``: request b's own backend, searched first."""
+        cfg = self.config
+        n = cfg.draft_token_num
+        b = len(contexts)
+        tokens = np.empty((b, n), np.int32)
+        mask = np.empty((b, n, n), np.bool_)
+        num = np.empty(b, np.int32)
+        probs = np.empty((b, n), np.float64)
+        g = self.trie
+        if self._adaptive_scratch is None:
+            self._adaptive_scratch = adaptive_scratch(cfg.budget, cfg.trie_depth)
+        sc = self._adaptive_scratch
+        for i, ctx in enumerate(contexts):
+            own = local[i] if local is not None else None
+            lt = (own or self).trie
+            num[i], sc = draft_adaptive(
+                ctx, cfg.trie_depth, cfg.budget, cfg.min_token_prob, cfg.max_spec_factor,
+                cfg.min_expected_accept, own is not None, lt.tok, lt.freq, lt.c_head, lt.c_next,
+                lt.nchild, lt.ht_key, lt.ht_val, g.tok, g.freq, g.c_head, g.c_next, g.nchild,
+                g.ht_key, g.ht_val, _BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i])
+        self._adaptive_scratch = sc
+        return tokens, mask, num, probs
 
     def erase(self, keys: Sequence[Hashable]) -> None:
         for key in keys:

@@ -13,8 +13,8 @@ import numpy as np
 
 from .._jit import jit
 
-__all__ = ["TrieArrays", "M_SIZE", "M_GHEAD", "M_GTAIL", "M_UNUSED", "M_FREETOP", "M_EPOCH",
-           "M_HTCOUNT"]
+__all__ = ["TrieArrays", "insert_kernel", "insert_counted_kernel", "M_SIZE", "M_GHEAD",
+           "M_GTAIL", "M_UNUSED", "M_FREETOP", "M_EPOCH", "M_HTCOUNT"]
 
 # Slots of the int64 ``meta`` array.
 M_SIZE, M_GHEAD, M_GTAIL, M_UNUSED, M_FREETOP, M_EPOCH, M_HTCOUNT = range(7)
@@ -257,11 +257,26 @@ def insert_kernel(flat, offsets, starts_from, max_depth, capacity, tok, par, fre
     False, with ``pos`` at the suffix to resume from, when the node arrays are full: the
     caller grows them and calls again (memory follows use, not ``capacity``).
     """
+    count_from = np.zeros(offsets.size - 1, np.int64)
+    return insert_counted_kernel(flat, offsets, starts_from, count_from, max_depth, capacity,
+                                 tok, par, freq, ver, c_head, c_next, c_prev, nchild, g_next,
+                                 g_prev, free, ht_key, ht_val, meta, path, pos)
+
+
+@jit
+def insert_counted_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, tok, par,
+                          freq, ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free,
+                          ht_key, ht_val, meta, path, pos):
+    """:func:`insert_kernel` that counts only the tokens at positions ``>= count_from[s]`` of
+    sequence ``s``: a walked node whose token lies before that is touched (recency, LRU) but its
+    ``freq`` is not incremented, and is created with ``freq`` 0 (ngramspec's exact counting;
+    ``count_from`` of zeros is SGLang's insert)."""
     alloc = tok.size
     for s in range(pos[0], offsets.size - 1):
         lo = offsets[s]
         n = offsets[s + 1] - lo
         first = pos[1] if s == pos[0] else 0
+        counted = count_from[s]
         for i in range(first, n):
             if i + starts_from >= n:
                 break
@@ -288,7 +303,7 @@ def insert_kernel(flat, offsets, starts_from, max_depth, capacity, tok, par, fre
                     meta[M_SIZE] += 1
                     tok[child] = t
                     par[child] = cur
-                    freq[child] = 1
+                    freq[child] = 1 if i + k >= counted else 0
                     c_head[child] = -1
                     nchild[child] = 0
                     _ht_put(ht_key, ht_val, cur, t, child)
@@ -296,7 +311,8 @@ def insert_kernel(flat, offsets, starts_from, max_depth, capacity, tok, par, fre
                     nchild[cur] += 1
                     _g_push_back(g_next, g_prev, meta, child)
                 else:
-                    freq[child] += 1
+                    if i + k >= counted:
+                        freq[child] += 1
                     if c_head[cur] != child:
                         _unlink_child(c_head, c_next, c_prev, cur, child)
                         _push_child_front(c_head, c_next, c_prev, cur, child)

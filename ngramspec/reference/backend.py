@@ -7,8 +7,9 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from ..config import NgramConfig
+from .adaptive import AdaptiveParams, build_adaptive, stateless_anchors
 from .match import MatchState, match_anchors, window_anchors
-from .tree import BreadthSchedule, build_bfs, build_prob, fill_result
+from .tree import BreadthSchedule, build_bfs, build_prob, fill_result, level_order
 from .trie import Trie
 
 __all__ = ["ReferenceBackend"]
@@ -76,6 +77,34 @@ class ReferenceBackend:
             tokens[b], mask[b] = fill_result(context[-1], n, tree)
             num_drafts[b] = used
         return tokens, mask, num_drafts
+
+    def insert_counted(self, sequences: Sequence[np.ndarray], count_from: Sequence[int]) -> None:
+        """Exact counting: every suffix inserted, only positions ``>= count_from`` counted."""
+        for seq, first in zip(sequences, count_from):
+            self.trie.insert(seq.tolist(), count_from=int(first))
+
+    def match_adaptive(self, contexts: Sequence[np.ndarray],
+                       local: Sequence["ReferenceBackend | None"] | None = None,
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """ADAPTIVE drafts (stateless); ``local[b]``: request b's own backend, searched first."""
+        cfg = self.config
+        n = cfg.draft_token_num
+        params = AdaptiveParams(cfg.budget, cfg.min_token_prob, cfg.max_spec_factor,
+                                cfg.min_expected_accept)
+        tokens = np.zeros((len(contexts), n), dtype=np.int32)
+        mask = np.zeros((len(contexts), n, n), dtype=bool)
+        num_drafts = np.zeros(len(contexts), dtype=np.int32)
+        probs = np.zeros((len(contexts), n), dtype=np.float64)
+        for b, ctx in enumerate(contexts):
+            context = ctx.tolist()
+            own = local[b] if local is not None else None
+            sources = [] if own is None else [stateless_anchors(own.trie, context)]
+            sources.append(stateless_anchors(self.trie, context))
+            tree, tree_probs, used = build_adaptive(sources, params)
+            tokens[b], mask[b] = fill_result(context[-1], n, tree)
+            probs[b, :used + 1] = [1.0] + [tree_probs[idx] for _, idx, _ in level_order(tree)]
+            num_drafts[b] = used
+        return tokens, mask, num_drafts, probs
 
     def erase(self, keys: Sequence[Hashable]) -> None:
         for key in keys:

@@ -15,7 +15,8 @@ import numpy as np
 from ..stdorder import StdPriorityQueue, UnorderedMapOrder
 from .trie import Node
 
-__all__ = ["build_bfs", "build_prob", "fill_result", "bfs_start_breadth", "BreadthSchedule"]
+__all__ = ["build_bfs", "build_prob", "fill_result", "level_order", "bfs_start_breadth",
+           "BreadthSchedule"]
 
 Tree = list[UnorderedMapOrder]
 
@@ -114,21 +115,28 @@ def build_prob(anchors: Sequence[tuple[Node, int]], budget: int, top_k: int) -> 
     return tree, cursor - 1
 
 
+def level_order(tree: Tree) -> list[tuple[int, int, int]]:
+    """``(token, tree index, parent slot)`` of every drafted node, in slot order (1, 2, ...):
+    level order, siblings in their libstdc++ map order."""
+    out = []
+    queue = deque((t, idx, 0) for t, idx in tree[0].items())
+    while queue:
+        t, idx, p = queue.popleft()
+        out.append((t, idx, p))
+        slot = len(out)
+        queue.extend((t2, i2, slot) for t2, i2 in tree[idx].items())
+    return out
+
+
 def fill_result(last_token: int, n: int, tree: Tree) -> tuple[np.ndarray, np.ndarray]:
     """Lay the tree out in level order and build its ancestor mask, as SGLang's ``fillResult``.
 
     Returns ``tokens`` (n,) int32 and ``mask`` (n, n) bool; unused slots are token 0 children
     of the root.
     """
-    tokens = [last_token]
-    parents = [-1]
-    queue = deque((t, idx, 0) for t, idx in tree[0].items())
-    while queue:
-        t, idx, p = queue.popleft()
-        tokens.append(t)
-        parents.append(p)
-        slot = len(tokens) - 1
-        queue.extend((t2, i2, slot) for t2, i2 in tree[idx].items())
+    nodes = level_order(tree)
+    tokens = [last_token] + [t for t, _, _ in nodes]
+    parents = [-1] + [p for _, _, p in nodes]
     while len(tokens) < n:
         tokens.append(0)
         parents.append(0)

@@ -68,11 +68,14 @@ class Trie:
         self.epoch += 1
         self._new_root()
 
-    def insert(self, tokens: Sequence[int], start_positions: Sequence[int] | None = None) -> None:
+    def insert(self, tokens: Sequence[int], start_positions: Sequence[int] | None = None,
+               count_from: int = 0) -> None:
         """Insert every suffix of ``tokens`` (truncated to ``max_depth``) as a root path.
 
         ``start_positions`` are the suffix starts to insert, in order; by default all of them
-        (SGLang 0.5.23 inserts every suffix, the last token alone included).
+        (SGLang 0.5.23 inserts every suffix, the last token alone included).  ``count_from``
+        (ngramspec's exact counting; 0 = SGLang): a node reached at a token position before
+        it is walked and touched but not counted, and starts at ``freq`` 0 when created.
         """
         n = len(tokens)
         starts = range(n) if start_positions is None else start_positions
@@ -83,16 +86,17 @@ class Trie:
                 self._squeeze(length - self.free)
             cur = self.root
             path = []
-            for t in tokens[i:i + length]:
+            for k, t in enumerate(tokens[i:i + length]):
+                counted = i + k >= count_from
                 child = cur.children.get(t)
                 if child is None:
                     child = Node(t, cur)
-                    child.freq = 1
+                    child.freq = 1 if counted else 0
                     cur.children[t] = child
                     cur.lru.insert(0, child)
                     self.global_lru[child] = None  # new nodes start at the back
                 else:
-                    child.freq += 1
+                    child.freq += counted
                     cur.lru.remove(child)
                     cur.lru.insert(0, child)
                 cur = child

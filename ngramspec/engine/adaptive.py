@@ -1,0 +1,198 @@
+"""ADAPTIVE draft-tree kernel (ngramspec's own mode; the readable model and the rules are in
+:mod:`ngramspec.reference.adaptive`).
+
+Up to two sources (a request's own trie, then the shared one) are given as the arrays of two
+tries; anchors are found statelessly.  The candidate heap is keyed by (probability descending,
+push order ascending): all keys differ, so any correct heap pops in the reference's order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import jit
+from .tree import _map_get, _map_insert, _tree_reset, fill_result
+from .trie import child_of
+
+__all__ = ["adaptive_scratch", "draft_adaptive"]
+
+
+@jit
+def adaptive_scratch(budget, max_depth):
+    """Work arrays for one request at a time; the heap grows on demand."""
+    n = budget + 1
+    cap = 4 * n + 16
+    return (np.empty(max_depth, np.int32), np.empty(max_depth, np.int32),  # anchors
+            np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32),  # tree
+            np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
+            np.empty(n, np.float64), np.empty(n, np.int32),  # t_prob, slot parents
+            np.empty(max(budget, 1), np.float64), np.empty(max(budget, 1), np.int32),  # top kids
+            np.empty(cap, np.float64), np.empty(cap, np.int64), np.empty(cap, np.int32),
+            np.empty(cap, np.int32))  # heap: p, order, tree parent, trie node
+
+
+@jit
+def _anchors(ctx, max_depth, nchild, ht_key, ht_val, a_nodes, a_depths):
+    count = 0
+    for d in range(min(ctx.size, max_depth), 0, -1):
+        cur = 0
+        for k in range(ctx.size - d, ctx.size):
+            cur = child_of(ht_key, ht_val, cur, ctx[k])
+            if cur == -1:
+                break
+        if cur != -1 and nchild[cur] > 0:
+            a_nodes[count] = cur
+            a_depths[count] = d
+            count += 1
+    return count
+
+
+@jit
+def _before(p1, o1, p2, o2):
+    return p1 > p2 or (p1 == p2 and o1 < o2)
+
+
+@jit
+def _heap_push(h_p, h_o, h_par, h_node, size, p, o, par, node):
+    i = size
+    while i > 0:
+        up = (i - 1) // 2
+        if not _before(p, o, h_p[up], h_o[up]):
+            break
+        h_p[i], h_o[i], h_par[i], h_node[i] = h_p[up], h_o[up], h_par[up], h_node[up]
+        i = up
+    h_p[i], h_o[i], h_par[i], h_node[i] = p, o, par, node
+
+
+@jit
+def _heap_pop(h_p, h_o, h_par, h_node, size):
+    """Remove the top of [0, size); the caller read it first."""
+    last = size - 1
+    p, o, par, node = h_p[last], h_o[last], h_par[last], h_node[last]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= last:
+            break
+        if c + 1 < last and _before(h_p[c + 1], h_o[c + 1], h_p[c], h_o[c]):
+            c += 1
+        if not _before(h_p[c], h_o[c], p, o):
+            break
+        h_p[i], h_o[i], h_par[i], h_node[i] = h_p[c], h_o[c], h_par[c], h_node[c]
+        i = c
+    h_p[i], h_o[i], h_par[i], h_node[i] = p, o, par, node
+
+
+@jit
+def _grow(a, size):
+    out = np.empty(2 * a.size, a.dtype)
+    out[:size] = a[:size]
+    return out
+
+
+@jit
+def _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, c_next, nchild,
+                   ht_key, ht_val, bucket_counts, sc, used):
+    (a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
+     h_p, h_o, h_par, h_node) = sc
+    count = _anchors(ctx, max_depth, nchild, ht_key, ht_val, a_nodes, a_depths)
+    for a in range(count):
+        d = a_depths[a]
+        limit = budget
+        if factor > 0.0:
+            limit = min(budget, max(1, int(factor * d)))
+        if used >= limit:
+            continue
+        size = 0
+        pushes = 0
+        pos = 0
+        node = a_nodes[a]
+        prob = 1.0
+        while True:
+            # Push the best `budget` children of `node` (probability, then recency).
+            total = freq[node] if freq[node] > 0 else 0
+            s = 0
+            ch = c_head[node]
+            while ch != -1:
+                s += freq[ch]
+                ch = c_next[ch]
+            if s > total:
+                total = s
+            if total > 0:
+                kept = 0
+                ch = c_head[node]
+                while ch != -1:
+                    p = prob * float(freq[ch]) / float(total)
+                    # Insertion into the sorted top list; equal p stays behind (recency).
+                    j = kept
+                    while j > 0 and k_p[j - 1] < p:
+                        j -= 1
+                    if j < budget:
+                        last = min(kept, budget - 1)
+                        for m in range(last, j, -1):
+                            k_p[m] = k_p[m - 1]
+                            k_node[m] = k_node[m - 1]
+                        k_p[j] = p
+                        k_node[j] = ch
+                        if kept < budget:
+                            kept += 1
+                    ch = c_next[ch]
+                for j in range(kept):
+                    if size == h_p.size:
+                        h_p, h_o = _grow(h_p, size), _grow(h_o, size)
+                        h_par, h_node = _grow(h_par, size), _grow(h_node, size)
+                    _heap_push(h_p, h_o, h_par, h_node, size, k_p[j], pushes, pos, k_node[j])
+                    size += 1
+                    pushes += 1
+            if size == 0 or used >= limit:
+                break
+            prob, parent, node = h_p[0], h_par[0], h_node[0]
+            _heap_pop(h_p, h_o, h_par, h_node, size)
+            size -= 1
+            if prob <= 0.0 or prob < min_prob:
+                break
+            pos = _map_get(parent, tok[node], t_tok, t_head, t_next)
+            if pos == -1:
+                used += 1
+                pos = used
+                _map_insert(parent, pos, tok[node], t_tok, t_head, t_next, t_cnt, t_bc,
+                            bucket_counts, order)
+                t_prob[pos] = prob
+            elif prob > t_prob[pos]:
+                t_prob[pos] = prob
+    return used, (a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, sc[9],
+                  k_p, k_node, h_p, h_o, h_par, h_node)
+
+
+@jit
+def draft_adaptive(ctx, max_depth, budget, min_prob, factor, min_expected, has_local,
+                   l_tok, l_freq, l_c_head, l_c_next, l_nchild, l_ht_key, l_ht_val,
+                   tok, freq, c_head, c_next, nchild, ht_key, ht_val, bucket_counts, sc,
+                   out_tokens, out_mask, out_prob):
+    """One request's ADAPTIVE tree, laid out in SGLang's format; returns (drafted count,
+    scratch) since the scratch heap may have grown."""
+    t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, slot_parent = (
+        sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8], sc[9])
+    _tree_reset(t_head, t_cnt, t_bc)
+    t_prob[0] = 1.0
+    used = 0
+    if has_local:
+        used, sc = _expand_source(ctx, max_depth, budget, min_prob, factor, l_tok, l_freq,
+                                  l_c_head, l_c_next, l_nchild, l_ht_key, l_ht_val,
+                                  bucket_counts, sc, used)
+    used, sc = _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head,
+                              c_next, nchild, ht_key, ht_val, bucket_counts, sc, used)
+    if used > 0:
+        expected = 1.0
+        for i in range(1, used + 1):
+            expected += t_prob[i]
+        if expected < min_expected:
+            _tree_reset(t_head, t_cnt, t_bc)
+            used = 0
+    n = budget + 1
+    fill_result(ctx[ctx.size - 1], n, t_tok, t_head, t_next, order, slot_parent, out_tokens,
+                out_mask)
+    out_prob[0] = 1.0
+    for s in range(1, n):
+        out_prob[s] = t_prob[order[s - 1]] if s <= used else 0.0
+    return used, sc
