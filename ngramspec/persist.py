@@ -18,6 +18,8 @@ zip), read with ``allow_pickle=False``.  Members:
     int32, shape ``(N,)``: the non-root nodes in global LRU order, most recently touched
     first.  ``node_parent`` is the parent's index in these arrays, -1 for the root, and is
     always smaller than the node's own index (a parent is more recent than its children).
+    ``node_freq >= 1`` and a parent's at least the sum of its children's (with the config's
+    ``exact_counts``, only ``>= 0``).
     Each node's children keep, in their recency list, the order they have here.
 ``state_epoch``, ``state_processed_len`` (int64, ``(S,)``), ``state_count`` (int32, ``(S,)``),
 ``state_refs`` (int32, ``(S, trie depth)``)
@@ -307,8 +309,9 @@ def _check_arrays(path: str, header: dict[str, Any], members: dict[str, np.ndarr
     idx = np.arange(n)
     if n and ((parent < -1).any() or (parent >= idx).any()):
         raise _bad(path, "node_parent must be -1 or the index of an earlier node")
-    if n and (freq < 1).any():
-        raise _bad(path, "node_freq must be >= 1")
+    exact = bool(getattr(config, "exact_counts", False))  # uncounted walks leave freq 0
+    if n and (freq < (0 if exact else 1)).any():
+        raise _bad(path, f"node_freq must be >= {0 if exact else 1}")
     # Depths by fixed-point iteration (parents come first, depth <= trie depth).
     node_depth = np.ones(n, np.int64)
     for _ in range(depth + 1):
@@ -323,7 +326,7 @@ def _check_arrays(path: str, header: dict[str, Any], members: dict[str, np.ndarr
         raise _bad(path, "two children of one node have the same token")
     sums = np.zeros(n + 1, np.int64)
     np.add.at(sums, parent + 1, freq.astype(np.int64))
-    if n and (sums[1:] > freq).any():
+    if n and not exact and (sums[1:] > freq).any():
         raise _bad(path, "a node's freq is below the sum of its children's freqs")
     if header["epoch"] < 1:
         raise _bad(path, f"epoch must be >= 1, got {header['epoch']}")

@@ -14,7 +14,8 @@ The invariants, all derived from :mod:`ngramspec.engine.trie`:
 - child recency lists: doubly linked (``c_prev`` mirrors ``c_next``), ``nchild`` long, children
   of that parent only, distinct tokens; together they hold every live non-root node once;
 - frequencies: a non-root parent was on every path its children were on since they were
-  created, so ``freq[parent] >= sum(freq[children])``;
+  created, so ``freq[parent] >= sum(freq[children])`` (not with ``exact_counts``, where a
+  walked token may go uncounted and ``freq >= 0`` is all that holds);
 - global LRU list: doubly linked from ``head`` to ``tail``, every live non-root node once, a
   parent ahead of each of its children (hence the back is a leaf and eviction removes leaves),
   and siblings in the same relative order as in their parent's recency list;
@@ -32,7 +33,7 @@ import numpy as np
 from ..errors import IntegrityError
 from .trie import M_EPOCH, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, _key, child_of
 
-__all__ = ["check_trie", "check_states"]
+__all__ = ["check_trie", "check_freqs", "check_states"]
 
 
 def _fail(msg: str) -> None:
@@ -40,7 +41,8 @@ def _fail(msg: str) -> None:
 
 
 def check_trie(t, max_depth: int) -> np.ndarray:
-    """Check a :class:`~ngramspec.engine.trie.TrieArrays`; return the boolean live-slot mask."""
+    """Check a :class:`~ngramspec.engine.trie.TrieArrays` (all but frequencies, which depend on
+    the config: :func:`check_freqs`); return the boolean live-slot mask."""
     m = t.meta
     size, unused, top = int(m[M_SIZE]), int(m[M_UNUSED]), int(m[M_FREETOP])
     alloc = t.alloc
@@ -75,8 +77,6 @@ def check_trie(t, max_depth: int) -> np.ndarray:
         p = int(t.par[v])
         if not (0 <= p < alloc and live[p]) or p == v:
             _fail(f"node {v} has parent {p}, which is not a live node")
-        if t.freq[v] < 1:
-            _fail(f"node {v} has freq {int(t.freq[v])} < 1")
         found = int(child_of(t.ht_key, t.ht_val, p, t.tok[v]))
         if found != v:
             _fail(f"child table maps (parent {p}, token {int(t.tok[v])}) to {found}, not to "
@@ -96,7 +96,6 @@ def check_trie(t, max_depth: int) -> np.ndarray:
 
     # Child recency lists.
     seen = np.zeros(alloc, bool)
-    child_freq = np.zeros(alloc, np.int64)
     for p in np.flatnonzero(live):
         p = int(p)
         count, prev, c = 0, -1, int(t.c_head[p])
@@ -114,14 +113,10 @@ def check_trie(t, max_depth: int) -> np.ndarray:
             if int(t.tok[c]) in tokens:
                 _fail(f"node {p} has two children with token {int(t.tok[c])}")
             tokens.add(int(t.tok[c]))
-            child_freq[p] += int(t.freq[c])
             count += 1
             prev, c = c, int(t.c_next[c])
         if count != int(t.nchild[p]):
             _fail(f"node {p}: nchild is {int(t.nchild[p])} but its child list has {count}")
-        if p != 0 and child_freq[p] > int(t.freq[p]):
-            _fail(f"node {p}: freq {int(t.freq[p])} < sum of its children's freqs "
-                  f"{int(child_freq[p])}")
     missing = nodes[~seen[nodes]]
     if missing.size:
         _fail(f"node {int(missing[0])} is live but in no child list")
@@ -173,8 +168,28 @@ def check_trie(t, max_depth: int) -> np.ndarray:
     return live
 
 
+def check_freqs(t, live: np.ndarray, exact_counts: bool) -> None:
+    """``freq >= 1`` and parents at least the sum of their children, or (``exact_counts``:
+    some walked tokens go uncounted) just ``freq >= 0``."""
+    nodes = np.flatnonzero(live)[1:]
+    freq = t.freq[nodes].astype(np.int64)
+    low = 0 if exact_counts else 1
+    if freq.size and freq.min() < low:
+        _fail(f"node {int(nodes[np.argmin(freq)])} has freq {int(freq.min())} < {low}")
+    if exact_counts:
+        return
+    sums = np.zeros(t.alloc, np.int64)
+    np.add.at(sums, t.par[nodes], freq)
+    over = nodes[sums[nodes] > t.freq[nodes]]
+    if over.size:
+        p = int(over[0])
+        _fail(f"node {p}: freq {int(t.freq[p])} < sum of its children's freqs {int(sums[p])}")
+
+
 def check_states(backend, live: np.ndarray) -> None:
-    """Check an :class:`~ngramspec.engine.backend.EngineBackend`'s match-state table."""
+    """Check an :class:`~ngramspec.engine.backend.EngineBackend`'s frequencies
+    (:func:`check_freqs`, under its config) and match-state table."""
+    check_freqs(backend.trie, live, bool(getattr(backend.config, "exact_counts", False)))
     rows = list(backend._rows.values())
     free = list(backend._free_rows)
     n_rows = backend.st_epoch.size
