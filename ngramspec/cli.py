@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Sequence, TextIO
 
+from . import config as config_module
 from .config import MATCH_TYPES, PROFILES, NgramConfig
 from .costmodel import CostModel, Prediction
 from .simulate import SimulationResult, simulate
@@ -63,6 +64,44 @@ def _config_fields() -> list[dataclasses.Field]:
     return list(dataclasses.fields(NgramConfig))
 
 
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (true/false, yes/no, 1/0)")
+
+
+def _kind(f: dataclasses.Field) -> Any:
+    """How a config field's value is parsed from the command line."""
+    if f.name in _STR_OPTIONS:
+        return _STR_OPTIONS[f.name]
+    if isinstance(f.default, bool):
+        return bool
+    if isinstance(f.default, float):
+        return float
+    return int
+
+
+def _parse_value(name: str, text: str, kind: Any) -> Any:
+    item = text.strip()
+    if kind is bool:
+        try:
+            return _parse_bool(item)
+        except ValueError as e:
+            raise ValueError(f"{_flag(name)}: {e}") from None
+    if kind in (int, float):
+        try:
+            return kind(item)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise ValueError(f"{_flag(name)}: {item!r} is not {what}") from None
+    if item not in kind:
+        raise ValueError(f"{_flag(name)}: {item!r} is not one of {', '.join(kind)}")
+    return item
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -74,14 +113,14 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     g = p.add_argument_group("drafter settings (NgramConfig; SGLang's server defaults)"
                              + ("; comma lists make the grid" if grid else ""))
     for f in _config_fields():
-        choices = _STR_OPTIONS.get(f.name)
-        help_ = (f"one of {', '.join(choices)}" if choices else "integer") + (
-            f" (default {f.default})" if f.default is not None else " (profile's default)")
-        if grid:
-            g.add_argument(_flag(f.name), dest=f.name, metavar="LIST", help=help_)
-        else:
-            g.add_argument(_flag(f.name), dest=f.name, type=int if not choices else str,
-                           choices=choices, metavar=None if choices else "N", help=help_)
+        kind = _kind(f)
+        what = {bool: "true or false", float: "number", int: "integer"}.get(
+            kind, f"one of {', '.join(kind)}" if not isinstance(kind, type) else "")
+        help_ = what + (f" (default {f.default})" if f.default is not None
+                        else " (profile's default)")
+        metavar = "LIST" if grid else {bool: "BOOL", float: "X", int: "N"}.get(kind, "NAME")
+        # Values are parsed (and errors named) in _config_options, not by argparse.
+        g.add_argument(_flag(f.name), dest=f.name, metavar=metavar, help=help_)
     s = p.add_argument_group("serving")
     if grid:
         s.add_argument("--concurrency", default="1", metavar="LIST",
@@ -167,7 +206,11 @@ def _pct(x: float) -> str:
 
 
 def _config_line(cfg: NgramConfig) -> str:
-    return " ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items() if v is not None)
+    """Every set option; options beyond SGLang only where they differ from their default."""
+    beyond = set(getattr(config_module, "BEYOND_SGLANG", ()))
+    defaults = {f.name: f.default for f in _config_fields()}
+    return " ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()
+                    if v is not None and not (k in beyond and v == defaults[k]))
 
 
 def format_report(result: SimulationResult, *, by: str | None = None, source: str = "",
@@ -210,10 +253,13 @@ def format_report(result: SimulationResult, *, by: str | None = None, source: st
     return "\n".join(lines)
 
 
+def _config_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {f.name: _parse_value(f.name, getattr(args, f.name), _kind(f))
+            for f in _config_fields() if getattr(args, f.name) is not None}
+
+
 def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
-    options = {f.name: getattr(args, f.name) for f in _config_fields()
-               if getattr(args, f.name) is not None}
-    config = NgramConfig(**options)
+    config = NgramConfig(**_config_options(args))
     model = _cost_model(args)
     rows, label = _load(args)
     bar = ProgressBar("simulate", force=args.progress)
@@ -255,21 +301,10 @@ def _run_one(job: tuple[dict, int, str]) -> dict:
 
 
 def _parse_list(name: str, text: str, kind: Any) -> list:
-    values = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            raise ValueError(f"{_flag(name)}: empty item in {text!r}")
-        if kind is int:
-            try:
-                values.append(int(item))
-            except ValueError:
-                raise ValueError(f"{_flag(name)}: {item!r} is not an integer") from None
-        else:
-            if item not in kind:
-                raise ValueError(f"{_flag(name)}: {item!r} is not one of {', '.join(kind)}")
-            values.append(item)
-    return values
+    items = text.split(",")
+    if any(not i.strip() for i in items):
+        raise ValueError(f"{_flag(name)}: empty item in {text!r}")
+    return [_parse_value(name, i, kind) for i in items]
 
 
 def _grid(args: argparse.Namespace) -> list[tuple[dict, int]]:
@@ -277,7 +312,7 @@ def _grid(args: argparse.Namespace) -> list[tuple[dict, int]]:
     for f in _config_fields():
         text = getattr(args, f.name)
         if text is not None:
-            axes[f.name] = _parse_list(f.name, text, _STR_OPTIONS.get(f.name, int))
+            axes[f.name] = _parse_list(f.name, text, _kind(f))
     conc = _parse_list("concurrency", args.concurrency, int)
     if min(conc) < 1:
         raise ValueError(f"--concurrency values must be >= 1, got {conc}")

@@ -17,12 +17,13 @@ The loop (SGLang 0.5.23, greedy verification), exactly::
         append emitted to out; requests whose out is complete leave running (order kept)
         (and their match states are erased)
 
-With the ``numba`` backend and the default profile the whole loop runs in one compiled kernel
-(:mod:`ngramspec.engine.replay`), in chunks so that progress can be shown; otherwise it is
-driven step by step through the public :class:`~ngramspec.NgramCache` and
-:func:`~ngramspec.verify_greedy` (the reference path, and the profile ``sglang-0.5.9``, whose
-worker matches the last ``max_match_window_size`` tokens and inserts the last
-``branch_length``).  Both give identical per-step counts (tested).
+With the ``numba`` backend, the default profile, BFS or PROB and no option beyond SGLang, the
+whole loop runs in one compiled kernel (:mod:`ngramspec.engine.replay`), in chunks so that
+progress can be shown.  Otherwise it is driven step by step through the public
+:class:`~ngramspec.Drafter` (whose per-step bookkeeping follows the profile and options: for
+``sglang-0.5.9`` that release's worker, for ``index_prompt`` & co. what they insert) and
+:func:`~ngramspec.verify_greedy`.  Both give identical per-step counts where both apply
+(tested).
 """
 
 from __future__ import annotations
@@ -278,8 +279,9 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
         Requests decoded together; new requests are admitted as others finish, in order.  One
         trie is shared by all (as in a server).
     backend : {"numba", "reference"}
-        ``"numba"``: the compiled loop (default profile) or the Numba cache driven step by step
-        (profile ``"sglang-0.5.9"``).  ``"reference"``: the pure-Python cache, step by step.
+        ``"numba"``: the compiled loop (SGLang 0.5.23, BFS/PROB, no option beyond SGLang),
+        else a :class:`~ngramspec.Drafter` on the Numba cache driven step by step.
+        ``"reference"``: a ``Drafter`` on the pure-Python cache, step by step.
     progress : callable(done, total), optional
         Called now and then with output tokens replayed so far and in total.
 
@@ -305,11 +307,11 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
     concurrency = int(concurrency)
     prompts = [np.asarray(r["prompt_ids"], dtype=np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], dtype=np.int32) for r in rows]
-    if backend == "numba" and config.profile == "sglang-0.5.23":
+    if backend == "numba" and _compiled_loop_covers(config):
         emitted, drafts, cpu, batch_steps, wall = _replay_compiled(prompts, outputs, config,
                                                                    concurrency, progress)
     else:
-        emitted, drafts, cpu, batch_steps, wall = _replay_api(
+        emitted, drafts, cpu, batch_steps, wall = _replay_stepwise(
             prompts, outputs, config, concurrency, backend, [r["id"] for r in rows], progress)
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=[r["id"] for r in rows],
@@ -318,6 +320,13 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
         output_lens=np.asarray([o.size for o in outputs], np.int64),
         emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
         batch_steps=batch_steps)
+
+
+def _compiled_loop_covers(config: NgramConfig) -> bool:
+    """The compiled loop is SGLang 0.5.23's, BFS or PROB, with no option beyond SGLang."""
+    exact = getattr(config, "sglang_exact", True)
+    return (config.profile == "sglang-0.5.23" and config.match_type in ("BFS", "PROB")
+            and exact)
 
 
 def _pack(seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -426,12 +435,13 @@ def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.nd
     return pred
 
 
-def _replay_api(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
-                ids: list[Hashable], progress: ProgressFn | None):
-    """The loop step by step through the public NgramCache and verify_greedy."""
-    cache = NgramCache(config=config, backend=backend)
-    full = [np.concatenate([p, o]) for p, o in zip(prompts, outputs)]
-    m_len, i_len = config.match_length, config.insert_length
+def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
+                     ids: list[Hashable], progress: ProgressFn | None):
+    """The loop step by step through :class:`~ngramspec.Drafter` (whose bookkeeping follows
+    the config's profile and options) and :func:`~ngramspec.verify_greedy`."""
+    from .drafter import Drafter
+
+    drafter = Drafter(config, backend=backend)
     n_req = len(prompts)
     out_len = [0] * n_req
     emitted: list[list[int]] = [[] for _ in range(n_req)]
@@ -443,31 +453,31 @@ def _replay_api(prompts, outputs, config: NgramConfig, concurrency: int, backend
         while nxt < n_req and len(running) < concurrency:
             out_len[nxt] = 1
             if outputs[nxt].size > 1:
+                drafter.add_request(ids[nxt], prompts[nxt], int(outputs[nxt][0]))
                 running.append(nxt)
             nxt += 1
         if not running:
             continue
-        lens = [prompts[r].size + out_len[r] for r in running]
-        contexts = [full[r][max(0, n - m_len):n] for r, n in zip(running, lens)]
-        windows = [full[r][max(0, n - i_len):n] for r, n in zip(running, lens)]
         c0 = time.thread_time()
-        d = cache.match(contexts, request_ids=[ids[r] for r in running], total_lens=lens)
+        d = drafter.propose([ids[r] for r in running])
         cpu += time.thread_time() - c0
         pred = _recorded_argmax(d, running, outputs, [out_len[r] for r in running])
         result = verify_greedy(d, pred)
-        c0 = time.thread_time()
-        cache.insert(windows)
-        cpu += time.thread_time() - c0
-        steps += 1
+        accepted = {}
         for b, r in enumerate(running):
             e = min(int(result.accept_lens[b]), outputs[r].size - out_len[r])
             emitted[r].append(e)
             drafts[r].append(int(d.num_drafts[b]))
+            accepted[ids[r]] = outputs[r][out_len[r]:out_len[r] + e]
             out_len[r] += e
-        done = [r for r in running if out_len[r] == outputs[r].size]
-        if done:
-            cache.erase([ids[r] for r in done])
-            running = [r for r in running if out_len[r] < outputs[r].size]
+        c0 = time.thread_time()
+        drafter.accept(accepted)
+        cpu += time.thread_time() - c0
+        steps += 1
+        for r in running:
+            if out_len[r] == outputs[r].size:
+                drafter.finish(ids[r])
+        running = [r for r in running if out_len[r] < outputs[r].size]
         if progress is not None and steps % 256 == 0:
             progress(sum(out_len), total_tokens)
     if progress is not None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from ngramspec.simulate import _replay_api
+from ngramspec.simulate import _replay_stepwise
 from ngramspec.streams import embedded_streams_path
 
 
@@ -145,6 +145,17 @@ def test_compiled_loop_equals_drafter_replay(corpus, match_type, concurrency):
                        replay_drafter(cfg, rows, concurrency))
 
 
+@pytest.mark.parametrize("cfg", [ns.NgramConfig(profile="sglang-0.5.9"),
+                                 ns.NgramConfig.recommended()], ids=["0.5.9", "recommended"])
+def test_other_profiles_and_options_follow_the_drafter(corpus, cfg):
+    """Outside the compiled loop's scope (window-era profile, options beyond SGLang) the
+    simulation is the Drafter's loop."""
+    rows = subset(corpus, 8)
+    got = ns.simulate(rows, cfg, concurrency=2)
+    assert_steps_equal(got, replay_drafter(cfg, rows, 2))
+    assert got.emitted[0].sum() == len(rows[0]["output_ids"]) - 1
+
+
 @pytest.mark.parametrize("backend", ["reference", "numba"])
 def test_step_by_step_paths_equal_compiled_loop(corpus, backend):
     rows = subset(corpus, 8)
@@ -152,7 +163,7 @@ def test_step_by_step_paths_equal_compiled_loop(corpus, backend):
     compiled = ns.simulate(rows, cfg, concurrency=3)
     prompts = [np.asarray(r["prompt_ids"], np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], np.int32) for r in rows]
-    emitted, drafts, _, steps, _ = _replay_api(prompts, outputs, cfg, 3, backend,
+    emitted, drafts, _, steps, _ = _replay_stepwise(prompts, outputs, cfg, 3, backend,
                                             [r["id"] for r in rows], None)
     for a, b in zip(compiled.emitted, emitted):
         assert_array_equal(a, b)

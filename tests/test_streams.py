@@ -78,7 +78,8 @@ def test_parquet(tmp_path):
      r"s\.jsonl:2: .* outside int32"),
     ('{"id": "a", "prompt_ids": [1], "output_ids": []}',
      r"s\.jsonl:2: field 'output_ids' is empty"),
-    ('{"id": "r1", "prompt_ids": [1], "output_ids": [2]}', r"duplicate id 'r1' \(requests 0 and 1\)"),
+    ('{"id": "r1", "prompt_ids": [1], "output_ids": [2]}',
+     r"duplicate id 'r1' \(requests 0 and 1\)"),
 ])
 def test_malformed_line_names_file_and_line(tmp_path, line, message):
     path = write_lines(tmp_path / "s.jsonl", [json.dumps(GOOD), line])

@@ -1,15 +1,16 @@
 """The serving-loop replay as one compiled kernel (SGLang 0.5.23, greedy verification).
 
 ``replay_kernel`` runs the loop of :mod:`ngramspec.simulate` over recorded streams with the
-engine's own kernels (``match_anchors``, ``build_bfs``/``build_prob``, ``fill_result``,
-``insert_kernel``).  All loop state lives in caller-owned arrays, so the kernel can stop and be
-called again with the same arguments to continue:
+engine's own kernels (``match_anchors``, ``build_bfs``/``build_prob``, ``fill_result``) and,
+for inserts, ``_insert_window``: ``insert_kernel``'s algorithm on the trie's own helpers, with
+two shortcuts that change no result (see its docstring).  All loop state lives in caller-owned
+arrays, so the kernel can stop and be called again with the same arguments to continue:
 
 - after ``max_steps`` verify steps (the caller shows progress between chunks);
 - before a step whose inserts could need more node slots than are allocated: the caller grows
   the trie (``TrieArrays.grow``) and calls again.  A step inserts at most ``batch * D*(D+1)/2``
   new nodes (every suffix of every window of at most ``D`` tokens), so checking that bound at
-  the top of a step means ``insert_kernel`` never runs out of room mid-step.
+  the top of a step means the inserts never run out of room mid-step.
 
 Greedy verification against a recording: the target's argmax after a slot whose path follows
 the recording is the next recorded token, so walking the tree from the root and taking, at each
