@@ -181,7 +181,8 @@ class Drafter:
         req.append(first)
         cfg = self.config
         if cfg.local_index:
-            req.local = NgramCache(config=cfg.replace(index_prompt=False, exact_counts=False,
+            # Its own trie counts exactly, whatever the shared one does.
+            req.local = NgramCache(config=cfg.replace(index_prompt=False, exact_counts=True,
                                                       local_index=False),
                                    backend=self.cache.backend)
         if self._exact:

@@ -70,7 +70,8 @@ def replay_by_hand(cfg: ns.NgramConfig, rows: list[dict], concurrency: int):
 
 
 def replay_with_drafter(cfg: ns.NgramConfig, rows: list[dict], concurrency: int,
-                        backend: str = "numba"):
+                        backend: str = "numba", check: bool = False):
+    """The serving loop through ``Drafter``; ``check``: the tries' integrity as requests end."""
     drafter = ns.Drafter(cfg, backend=backend)
     queue, running, steps, drafts_log = list(rows), [], {}, []
     by_id = {r["id"]: r for r in rows}
@@ -99,9 +100,14 @@ def replay_with_drafter(cfg: ns.NgramConfig, rows: list[dict], concurrency: int,
             if len(drafter.output(rid)) == len(by_id[rid]["output_ids"]):
                 assert_array_equal(drafter.output(rid), by_id[rid]["output_ids"])
                 assert drafter.steps(rid) == steps[rid]
+                own = drafter._requests[rid].local
+                if check and own is not None:
+                    own.check_integrity()
                 drafter.finish(rid)
                 running.remove(rid)
     assert drafter.requests == [] and drafter.pending == []
+    if check:
+        drafter.cache.check_integrity()
     return steps, drafts_log
 
 

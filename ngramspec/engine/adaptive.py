@@ -183,10 +183,10 @@ def draft_adaptive(ctx, max_depth, budget, min_prob, factor, min_expected, has_l
     used, sc = _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head,
                               c_next, nchild, ht_key, ht_val, bucket_counts, sc, used)
     if used > 0:
-        expected = 1.0
+        total = 0.0  # summed as the reference does: the probabilities, then 1 + the sum
         for i in range(1, used + 1):
-            expected += t_prob[i]
-        if expected < min_expected:
+            total += t_prob[i]
+        if 1.0 + total < min_expected:
             _tree_reset(t_head, t_cnt, t_bc)
             used = 0
     n = budget + 1
