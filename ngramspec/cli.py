@@ -192,10 +192,18 @@ def _load(args: argparse.Namespace) -> tuple[list[dict], str]:
     return rows, label
 
 
+def verify_share(config: NgramConfig, share_steps_with_draft: float) -> float:
+    """Share of steps that need a verify forward: all of them for SGLang's modes (which send
+    their padded tree every step), the steps with a draft for ADAPTIVE (which may send none)."""
+    return share_steps_with_draft if config.match_type == "ADAPTIVE" else 1.0
+
+
 def _predict(model: CostModel, result: SimulationResult, draft_ms: float | None) -> Prediction:
     return model.predict(result.tokens_per_step, draft_token_num=result.config.draft_token_num,
                          concurrency=result.concurrency,
-                         draft_ms=result.draft_ms_per_step if draft_ms is None else draft_ms)
+                         draft_ms=result.draft_ms_per_step if draft_ms is None else draft_ms,
+                         verify_share=verify_share(result.config,
+                                                   result.summary.share_steps_with_draft))
 
 
 # --- simulate -----------------------------------------------------------------------------
@@ -396,7 +404,9 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
             p = model.predict(r["tokens_per_step"], draft_token_num=r["draft_token_num"],
                               concurrency=r["concurrency"],
                               draft_ms=r["draft_ms_per_step"] if args.draft_ms is None
-                              else args.draft_ms)
+                              else args.draft_ms,
+                              verify_share=verify_share(NgramConfig(**r["options"]),
+                                                        r["share_steps_with_draft"]))
             r["speedup"] = p.speedup
             r["speculative_tokens_per_s"] = p.speculative_tokens_per_s
             r["break_even_tokens_per_step"] = p.break_even_tokens_per_step

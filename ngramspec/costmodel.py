@@ -10,6 +10,12 @@ request on average (the simulator's pooled accept length).  So, per request::
     speed-up         = tokens_per_step * decode_ms / (verify_ms + draft_ms)
     break-even       = (verify_ms + draft_ms) / decode_ms     (tokens per step needed)
 
+A drafter that may send no draft at all (ngramspec's ADAPTIVE with ``min_expected_accept``;
+SGLang always sends its padded tree) runs those steps as plain decodes: with a share
+``verify_share`` of steps verifying, a step costs on average
+``verify_share * verify_ms + (1 - verify_share) * decode_ms + draft_ms``, and that replaces
+``verify_ms + draft_ms`` above.
+
 Step times come either measured (``decode_ms``, and ``verify_ms`` for a verify forward of the
 tree size used) or from a linear model of a forward's time in the tokens it processes:
 ``step_ms + token_ms * tokens`` with ``concurrency`` tokens for a decode step and
@@ -44,7 +50,9 @@ class Prediction:
     tokens_per_step : float
         Accept length used (accepted drafts + bonus, per verify step).
     decode_step_ms, verify_step_ms, draft_ms : float
-        A plain decode forward, a verify forward, and the drafter's CPU time per step.
+        A plain decode forward, a speculative step's forward (a verify forward, or with
+        ``verify_share < 1`` the mean over verify and plain steps), and the drafter's CPU time
+        per step.
     baseline_tokens_per_s, speculative_tokens_per_s : float
         Per-request decode speed without and with speculation.
     speedup : float
@@ -132,7 +140,8 @@ class CostModel:
         return self.step_ms + self.token_ms * concurrency * draft_token_num
 
     def predict(self, tokens_per_step: float, *, draft_token_num: int = 12,
-                concurrency: int = 1, draft_ms: float = 0.0) -> Prediction:
+                concurrency: int = 1, draft_ms: float = 0.0,
+                verify_share: float = 1.0) -> Prediction:
         """Predicted speeds for an accept length (see the module docstring for the formulas).
 
         Parameters
@@ -145,6 +154,18 @@ class CostModel:
         draft_ms : float
             Drafting CPU time per step (e.g. ``SimulationResult.draft_ms_per_step``), added to
             the verify step.
+        verify_share : float
+            Share of steps that run a verify forward (default 1: all, as SGLang); the others
+            emit their one token from a plain decode forward.  For a drafter that drafts
+            nothing on some steps, ``Summary.share_steps_with_draft``.
+
+        Examples
+        --------
+        Drafting only on the 40% of steps where it expects to pay off:
+
+        >>> p = CostModel(decode_ms=12.2, verify_ms=30.0).predict(1.9, verify_share=0.4)
+        >>> round(p.verify_step_ms, 2), round(p.speedup, 2)
+        (19.32, 1.2)
         """
         if isinstance(tokens_per_step, bool) or not isinstance(tokens_per_step, (int, float)):
             raise TypeError(f"tokens_per_step must be a number, got "
@@ -156,8 +177,12 @@ class CostModel:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         draft = _check_ms("draft_ms", draft_ms) or 0.0
+        if isinstance(verify_share, bool) or not isinstance(verify_share, (int, float)) or \
+                not 0.0 <= verify_share <= 1.0:
+            raise ValueError(f"verify_share must be a number in [0, 1], got {verify_share!r}")
         dec = self.decode_step_ms(concurrency)
-        ver = self.verify_step_ms(draft_token_num, concurrency) + draft
+        ver = (verify_share * self.verify_step_ms(draft_token_num, concurrency)
+               + (1.0 - verify_share) * dec + draft)
         base = 1000.0 / dec
         spec = 1000.0 * tokens_per_step / ver if ver > 0 else math.inf
         return Prediction(tokens_per_step=float(tokens_per_step), decode_step_ms=dec,
