@@ -180,18 +180,19 @@ class ArcticProposer:
         self.last_draft = None
 
     def start(self, rid, prompt: np.ndarray, first_token: int) -> None:
-        self.cache.start_request(rid, np.ascontiguousarray(prompt, dtype=np.int32))
+        self.cache.start_request(rid, np.array(prompt, dtype=np.int32))
         self.cache.add_active_response(rid, np.asarray([first_token], dtype=np.int32))
 
     def propose(self, rid, context: np.ndarray):
-        ctx = np.ascontiguousarray(context[-self.settings["max_tree_depth"]:], dtype=np.int32)
+        # a fresh writable copy: the binding refuses read-only arrays
+        ctx = np.array(context[-self.settings["max_tree_depth"]:], dtype=np.int32)
         d = self.cache.speculate(rid, ctx, **self._spec)
         self.last_draft = d
         return (np.asarray(d.token_ids, dtype=np.int64).reshape(-1),
                 np.asarray(d.parents, dtype=np.int64).reshape(-1))
 
     def on_accept(self, rid, emitted: np.ndarray) -> None:
-        self.cache.add_active_response(rid, np.ascontiguousarray(emitted, dtype=np.int32))
+        self.cache.add_active_response(rid, np.array(emitted, dtype=np.int32))
 
     def stop(self, rid) -> None:
         self.cache.stop_request(rid)

@@ -1,0 +1,149 @@
+"""Drafters side by side on the recorded streams: SGLang's defaults, prompt lookup, Arctic.
+
+Every drafter is replayed through the same greedy serving loop at concurrency 1
+(``benchmarks/drafter_replay.py``) on the 133 streams shipped with ngramspec, in one run:
+
+- ``SGLang BFS`` / ``SGLang PROB``: ngramspec's ``Drafter`` at SGLang 0.5.23's server defaults
+  (bit-exact with SGLang's C++ core; the replay is also checked step by step against
+  ``ns.simulate``).  SGLang sends ``draft_token_num - 1 = 11`` nodes every step, token-0
+  padding included; the padding is verified like any node, so the full tree is used.
+- ``prompt lookup``: vLLM's n-gram proposer rule (longest of the last 3/2/1 tokens found
+  earlier in prompt + output, its EARLIEST occurrence, the next 8 tokens as a chain); and the
+  same with the most recent occurrence (``prompt lookup (latest)``).
+- ``Arctic``: ArcticInference 0.3.0 suffix decoding (``SuffixDecodingCache``, tree drafts,
+  ``max_spec_tokens=11``, ``max_spec_factor=4``, ``min_token_prob=0.1``, max tree depth 64;
+  prompt in the request's local tree, responses in the global tree), built from its sdist at
+  benchmark time (``benchmarks/peers/arctic.py``); skipped with a note if it cannot be built.
+
+Columns (pooled over all verify steps of the group's requests):
+
+- tokens/step: emitted tokens (accepted drafts + bonus) / verify steps;
+- sent/step: draft tree nodes sent to the target per step (padding included);
+- real/step: real draft tokens per step (padding excluded; equal to sent for the peers);
+- with draft: share of steps with at least one real draft;
+- draft µs/step: thread CPU time of the drafter (admission, propose, update after accept,
+  finish) / verify steps, in this process (noisy on shared machines);
+- speed-up: predicted decode speed with speculation over speed without, under the seed's cost
+  model (``ns.CostModel``): without speculation a request emits 1 token per ``decode_ms``
+  (12.2 ms); with it, ``tokens/step`` tokens per ``verify_ms + draft_ms`` (30 ms + the
+  drafting time per step), so ``speed-up = tokens/step * decode_ms / (verify_ms + draft_ms)``.
+  The verify cost is taken as independent of the tree size; below 1.0 speculation slows
+  decoding down (break-even at 30 / 12.2 = 2.46 tokens/step without drafting time).
+
+    python benchmarks/compare_drafters.py                   # all peers, all 133 streams
+    python benchmarks/compare_drafters.py --no-arctic --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+import ngramspec as ns
+
+sys.path.insert(0, str(Path(__file__).parent))
+import drafter_replay as dr  # noqa: E402
+
+#: (label, proposer name, settings).
+PEERS = [
+    ("SGLang BFS (defaults)", "ngramspec", dict(match_type="BFS")),
+    ("SGLang PROB", "ngramspec", dict(match_type="PROB")),
+    ("prompt lookup (vLLM, earliest)", "prompt_lookup", dict(occurrence="earliest")),
+    ("prompt lookup (latest)", "prompt_lookup", dict(occurrence="latest")),
+    ("Arctic suffix decoding", "arctic", {}),
+]
+
+#: SGLang's C++ core on these 133 streams (concurrency 1): tokens per verify step.
+SGLANG_EXPECTED = {"BFS": 1.72, "PROB": 1.65}
+
+
+def _check_sglang(stats, rows, match_type: str) -> None:
+    """The ngramspec Drafter replay must equal ns.simulate step by step, and give SGLang's
+    pooled figure on the whole corpus."""
+    sim = ns.simulate(rows, ns.NgramConfig(match_type=match_type))
+    for s, em, drafts in zip(stats, sim.emitted, sim.drafts):
+        if not (np.array_equal(s.emitted, em) and np.array_equal(s.real, drafts)):
+            raise AssertionError(f"SGLang {match_type}: replay differs from ns.simulate on "
+                                 f"request {s.id!r}")
+    if len(rows) == 133:
+        tps = dr.pool(stats).tokens_per_step
+        assert round(tps, 2) == SGLANG_EXPECTED[match_type], (
+            f"SGLang {match_type}: {tps:.4f} tokens/step, expected {SGLANG_EXPECTED[match_type]}")
+
+
+def run(rows, *, arctic: bool = True, decode_ms: float = 12.2, verify_ms: float = 30.0,
+        check: bool = True) -> dict:
+    model = ns.CostModel(decode_ms=decode_ms, verify_ms=verify_ms)
+    results, notes = {}, []
+    for label, name, settings in PEERS:
+        if name == "arctic" and not arctic:
+            continue
+        try:
+            dr.replay(dr.make_proposer(name, **settings), rows[:2])   # warm-up (compile, build)
+            stats = dr.replay(dr.make_proposer(name, **settings), rows)
+        except Exception as exc:  # only the Arctic build may be unavailable here
+            if name != "arctic":
+                raise
+            notes.append(f"{label}: skipped ({type(exc).__name__}: {str(exc).splitlines()[0]})")
+            continue
+        if check and name == "ngramspec":
+            _check_sglang(stats, rows, settings["match_type"])
+        groups = {}
+        for g, s in dr.pool_by(stats).items():
+            d = s.to_dict()
+            d["speedup"] = model.predict(s.tokens_per_step,
+                                         draft_ms=s.draft_us_per_step / 1e3).speedup
+            groups[g] = d
+        results[label] = {"proposer": name, "settings": settings, "groups": groups}
+    return {"cost_model": {"decode_ms": decode_ms, "verify_ms": verify_ms},
+            "requests": len(rows), "results": results, "notes": notes}
+
+
+def table(out: dict, group: str) -> str:
+    lines = [f"### {group}", "",
+             "| drafter | tokens/step | sent/step | real/step | with draft | draft µs/step "
+             "| speed-up |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for label, r in out["results"].items():
+        g = r["groups"].get(group)
+        if g is None:
+            continue
+        lines.append(f"| {label} | {g['tokens_per_step']:.2f} | {g['sent_per_step']:.1f} | "
+                     f"{g['real_per_step']:.1f} | {g['share_steps_with_draft']:.0%} | "
+                     f"{g['draft_us_per_step']:.0f} | {g['speedup']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=None,
+                        help="replay only the first N streams (default: all 133)")
+    parser.add_argument("--no-arctic", action="store_true", help="skip the Arctic peer")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the check of the SGLang replays against ns.simulate")
+    parser.add_argument("--decode-ms", type=float, default=12.2)
+    parser.add_argument("--verify-ms", type=float, default=30.0)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    args = parser.parse_args()
+    rows = dr.load_rows(args.limit)
+    out = run(rows, arctic=not args.no_arctic, decode_ms=args.decode_ms,
+              verify_ms=args.verify_ms, check=not args.no_check)
+    groups = list(next(iter(out["results"].values()))["groups"]) if out["results"] else []
+    print(f"# Drafters on {len(rows)} recorded streams | concurrency 1, greedy replay | "
+          f"{platform.machine()}, {date.today().isoformat()} | cost model: decode "
+          f"{args.decode_ms} ms, verify {args.verify_ms} ms per step\n")
+    for g in ["overall"] + [g for g in groups if g != "overall"]:
+        print(table(out, g) + "\n")
+    for note in out["notes"]:
+        print(f"note: {note}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
