@@ -6,7 +6,8 @@ import importlib
 import pytest
 
 MODULES = ["ngramspec", "ngramspec.config", "ngramspec.stdorder", "ngramspec.cache",
-           "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter"]
+           "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter",
+           "ngramspec.streams", "ngramspec.simulate", "ngramspec.costmodel"]
 
 
 @pytest.mark.parametrize("name", MODULES)
