@@ -10,6 +10,10 @@ Every drafter is replayed through the same greedy serving loop at concurrency 1
 - ``prompt lookup``: vLLM's n-gram proposer rule (longest of the last 3/2/1 tokens found
   earlier in prompt + output, its EARLIEST occurrence, the next 8 tokens as a chain); and the
   same with the most recent occurrence (``prompt lookup (latest)``).
+- ``ngramspec ...``: ngramspec's options beyond SGLang (``NgramConfig``; ``recommended()`` =
+  index_prompt + local_index + exact_counts + ADAPTIVE with min_token_prob 0.1 and
+  max_spec_factor 3), sending only real drafts.  An ADAPTIVE drafter that drafts nothing on a
+  step lets it run as a plain decode (``verify_share`` in the cost model).
 - ``Arctic``: ArcticInference 0.3.0 suffix decoding (``SuffixDecodingCache``, tree drafts,
   ``max_spec_tokens=11``, ``max_spec_factor=4``, ``min_token_prob=0.1``, max tree depth 64;
   prompt in the request's local tree, responses in the global tree), built from its sdist at
@@ -57,6 +61,17 @@ PEERS = [
     ("prompt lookup (vLLM, earliest)", "prompt_lookup", dict(occurrence="earliest")),
     ("prompt lookup (latest)", "prompt_lookup", dict(occurrence="latest")),
     ("Arctic suffix decoding", "arctic", {}),
+    # ngramspec's options beyond SGLang (real drafts sent, no padding).
+    ("ngramspec BFS + index_prompt", "ngramspec",
+     dict(match_type="BFS", index_prompt=True, send="real")),
+    ("ngramspec PROB + index_prompt + exact_counts", "ngramspec",
+     dict(match_type="PROB", index_prompt=True, exact_counts=True, send="real")),
+    ("ngramspec ADAPTIVE, shared trie only", "ngramspec",
+     dict(match_type="ADAPTIVE", index_prompt=True, exact_counts=True, min_token_prob=0.1,
+          max_spec_factor=3.0, send="real")),
+    ("ngramspec recommended()", "ngramspec", dict(recommended=True, send="real")),
+    ("ngramspec recommended(), draft only when E[accept] >= 2.46", "ngramspec",
+     dict(recommended=True, min_expected_accept=2.46, send="real")),
 ]
 
 #: SGLang's C++ core on these 133 streams (concurrency 1): tokens per verify step.
@@ -92,13 +107,17 @@ def run(rows, *, arctic: bool = True, decode_ms: float = 12.2, verify_ms: float 
                 raise
             notes.append(f"{label}: skipped ({type(exc).__name__}: {str(exc).splitlines()[0]})")
             continue
-        if check and name == "ngramspec":
+        if check and name == "ngramspec" and set(settings) == {"match_type"}:
             _check_sglang(stats, rows, settings["match_type"])
+        # A drafter that may send nothing runs those steps as plain decodes (ADAPTIVE);
+        # SGLang's modes and the peers verify every step.
+        adaptive = settings.get("recommended") or settings.get("match_type") == "ADAPTIVE"
         groups = {}
         for g, s in dr.pool_by(stats).items():
             d = s.to_dict()
-            d["speedup"] = model.predict(s.tokens_per_step,
-                                         draft_ms=s.draft_us_per_step / 1e3).speedup
+            d["speedup"] = model.predict(
+                s.tokens_per_step, draft_ms=s.draft_us_per_step / 1e3,
+                verify_share=s.share_steps_with_draft if adaptive else 1.0).speedup
             groups[g] = d
         results[label] = {"proposer": name, "settings": settings, "groups": groups}
     return {"cost_model": {"decode_ms": decode_ms, "verify_ms": verify_ms},

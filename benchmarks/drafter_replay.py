@@ -243,7 +243,10 @@ class NgramspecProposer:
         if send not in ("all", "real"):
             raise ValueError(f"send must be 'all' or 'real', got {send!r}")
         if config is None:
-            config = ns.NgramConfig(**config_kw) if config_kw else ns.NgramConfig()
+            if config_kw.pop("recommended", False):
+                config = ns.NgramConfig.recommended(**config_kw)
+            else:
+                config = ns.NgramConfig(**config_kw) if config_kw else ns.NgramConfig()
         self.config = config
         self.send = send
         self.check_context = check_context

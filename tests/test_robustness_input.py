@@ -236,12 +236,21 @@ _scalars = st.one_of(st.integers(-3, 5), st.integers(), st.floats(allow_nan=True
 
 
 def _arrays():
+    def make(t):
+        dtype, shape, value = t
+        if dtype is object:
+            return np.array(shape, dtype=object)
+        if np.dtype(dtype).kind in "iub":
+            info = np.iinfo(dtype) if np.dtype(dtype).kind != "b" else None
+            # Values the dtype can hold (NumPy 2 refuses out-of-range Python ints).
+            value = value % 7 if info is None or info.bits == 8 else \
+                min(max(value, int(info.min)), int(info.max))
+        return np.full(tuple(shape), value, dtype=dtype)
+
     return st.tuples(st.sampled_from([np.int8, np.int32, np.int64, np.uint32, np.uint64,
                                       np.float64, np.bool_, object]),
                      st.lists(st.integers(0, 3), min_size=0, max_size=3),
-                     st.integers(-3, 2**33)).map(
-        lambda t: np.full(tuple(t[1]), t[2] % 7 if t[0] in (np.int8, np.bool_) else t[2],
-                          dtype=t[0]) if t[0] is not object else np.array(t[1], dtype=object))
+                     st.integers(-3, 2**33)).map(make)
 
 
 junk = st.recursive(st.one_of(_scalars, _arrays()),
