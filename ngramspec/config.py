@@ -14,7 +14,7 @@ MATCH_TYPES = ("BFS", "PROB", "ADAPTIVE")
 BEYOND_SGLANG = ("index_prompt", "exact_counts", "local_index", "min_token_prob",
                  "max_spec_factor", "min_expected_accept")
 _ADAPTIVE_ONLY = ("min_token_prob", "max_spec_factor", "min_expected_accept")
-_ADAPTIVE_MAX_DRAFT = 1024
+_ADAPTIVE_MAX_DRAFT = 256
 #: SGLang releases whose drafter can be reproduced; the first is the default.
 PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
 

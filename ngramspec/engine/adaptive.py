@@ -2,7 +2,7 @@
 :mod:`ngramspec.reference.adaptive`).
 
 Up to two sources (a request's own trie, then the shared one) are given as the arrays of two
-tries; anchors are found statelessly.  The candidate heap is keyed by (probability descending,
+tries; anchors are found statelessly.  The candidate heap is preallocated to its bound.  The candidate heap is keyed by (probability descending,
 push order ascending): all keys differ, so any correct heap pops in the reference's order.
 """
 
@@ -19,9 +19,15 @@ __all__ = ["adaptive_scratch", "draft_adaptive"]
 
 @jit
 def adaptive_scratch(budget, max_depth):
-    """Work arrays for one request at a time; the heap grows on demand."""
+    """Work arrays for one request at a time.
+
+    Heap bound, per anchor: below an anchor each trie node maps to one tree position, so a pop
+    either creates a node (at most ``budget``) or merges into an existing one (at most
+    ``budget``), plus the pop that ends the anchor; each pop pushes at most ``budget``
+    children, and the anchor itself pushes ``budget``.
+    """
     n = budget + 1
-    cap = 4 * n + 16
+    cap = (2 * budget + 2) * budget + 16
     return (np.empty(max_depth, np.int32), np.empty(max_depth, np.int32),  # anchors
             np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32),  # tree
             np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
@@ -84,13 +90,6 @@ def _heap_pop(h_p, h_o, h_par, h_node, size):
 
 
 @jit
-def _grow(a, size):
-    out = np.empty(2 * a.size, a.dtype)
-    out[:size] = a[:size]
-    return out
-
-
-@jit
 def _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, c_next, nchild,
                    ht_key, ht_val, bucket_counts, sc, used):
     (a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
@@ -138,9 +137,6 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, 
                             kept += 1
                     ch = c_next[ch]
                 for j in range(kept):
-                    if size == h_p.size:
-                        h_p, h_o = _grow(h_p, size), _grow(h_o, size)
-                        h_par, h_node = _grow(h_par, size), _grow(h_node, size)
                     _heap_push(h_p, h_o, h_par, h_node, size, k_p[j], pushes, pos, k_node[j])
                     size += 1
                     pushes += 1
@@ -160,8 +156,7 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, 
                 t_prob[pos] = prob
             elif prob > t_prob[pos]:
                 t_prob[pos] = prob
-    return used, (a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, sc[9],
-                  k_p, k_node, h_p, h_o, h_par, h_node)
+    return used
 
 
 @jit
@@ -169,19 +164,18 @@ def draft_adaptive(ctx, max_depth, budget, min_prob, factor, min_expected, has_l
                    l_tok, l_freq, l_c_head, l_c_next, l_nchild, l_ht_key, l_ht_val,
                    tok, freq, c_head, c_next, nchild, ht_key, ht_val, bucket_counts, sc,
                    out_tokens, out_mask, out_prob):
-    """One request's ADAPTIVE tree, laid out in SGLang's format; returns (drafted count,
-    scratch) since the scratch heap may have grown."""
+    """One request's ADAPTIVE tree, laid out in SGLang's format; returns the drafted count."""
     t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, slot_parent = (
         sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8], sc[9])
     _tree_reset(t_head, t_cnt, t_bc)
     t_prob[0] = 1.0
     used = 0
     if has_local:
-        used, sc = _expand_source(ctx, max_depth, budget, min_prob, factor, l_tok, l_freq,
-                                  l_c_head, l_c_next, l_nchild, l_ht_key, l_ht_val,
-                                  bucket_counts, sc, used)
-    used, sc = _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head,
-                              c_next, nchild, ht_key, ht_val, bucket_counts, sc, used)
+        used = _expand_source(ctx, max_depth, budget, min_prob, factor, l_tok, l_freq,
+                              l_c_head, l_c_next, l_nchild, l_ht_key, l_ht_val, bucket_counts,
+                              sc, used)
+    used = _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, c_next,
+                          nchild, ht_key, ht_val, bucket_counts, sc, used)
     if used > 0:
         total = 0.0  # summed as the reference does: the probabilities, then 1 + the sum
         for i in range(1, used + 1):
@@ -195,4 +189,4 @@ def draft_adaptive(ctx, max_depth, budget, min_prob, factor, min_expected, has_l
     out_prob[0] = 1.0
     for s in range(1, n):
         out_prob[s] = t_prob[order[s - 1]] if s <= used else 0.0
-    return used, sc
+    return used

@@ -232,12 +232,11 @@ class EngineBackend:
         for i, ctx in enumerate(contexts):
             own = local[i] if local is not None else None
             lt = (own or self).trie
-            num[i], sc = draft_adaptive(
+            num[i] = draft_adaptive(
                 ctx, cfg.trie_depth, cfg.budget, cfg.min_token_prob, cfg.max_spec_factor,
                 cfg.min_expected_accept, own is not None, lt.tok, lt.freq, lt.c_head, lt.c_next,
                 lt.nchild, lt.ht_key, lt.ht_val, g.tok, g.freq, g.c_head, g.c_next, g.nchild,
                 g.ht_key, g.ht_val, _BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i])
-        self._adaptive_scratch = sc
         return tokens, mask, num, probs
 
     def erase(self, keys: Sequence[Hashable]) -> None:
