@@ -191,25 +191,24 @@ def _heap_pop(h_p, h_par, h_node, size):
 @jit
 def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_par, h_node,
               size):
-    # The top_k children by (frequency descending, token ascending), picked one by one: a
-    # strict order among siblings, so "the best after the previous pick" is well defined.
+    # The top_k children by (frequency descending, token ascending): one pass, insertion into
+    # a sorted list of at most top_k (sibling tokens are distinct, so the order is strict).
     take = 0
-    prev = -1
-    for j in range(top_k):
-        best = -1
-        ch = c_head[node]
-        while ch != -1:
-            f = freq[ch]
-            t = tok[ch]
-            after = prev == -1 or f < freq[prev] or (f == freq[prev] and t > tok[prev])
-            if after and (best == -1 or f > freq[best] or (f == freq[best] and t < tok[best])):
-                best = ch
-            ch = c_next[ch]
-        if best == -1:
-            break
-        k_node[j] = best
-        take += 1
-        prev = best
+    ch = c_head[node]
+    while ch != -1:
+        f = freq[ch]
+        t = tok[ch]
+        j = take
+        while j > 0 and (freq[k_node[j - 1]] < f or (freq[k_node[j - 1]] == f
+                                                     and tok[k_node[j - 1]] > t)):
+            j -= 1
+        if j < top_k:
+            for m in range(min(take, top_k - 1), j, -1):
+                k_node[m] = k_node[m - 1]
+            k_node[j] = ch
+            if take < top_k:
+                take += 1
+        ch = c_next[ch]
     total = 0.0
     for j in range(take):
         total += float(freq[k_node[j]])
