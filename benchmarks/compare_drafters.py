@@ -7,6 +7,9 @@ Every drafter is replayed through the same greedy serving loop at concurrency 1
   (bit-exact with SGLang's C++ core; the replay is also checked step by step against
   ``ns.simulate``).  SGLang sends ``draft_token_num - 1 = 11`` nodes every step, token-0
   padding included; the padding is verified like any node, so the full tree is used.
+- ``SGLang BFS, its C++ core``: SGLang 0.5.23's C++ core itself (built from its wheel), driven
+  the same way; its drafting time is the wall time inside its C match and insert calls on
+  inputs packed beforehand (so it excludes any Python), reported for the whole corpus only.
 - ``prompt lookup``: vLLM's n-gram proposer rule (longest of the last 3/2/1 tokens found
   earlier in prompt + output, its EARLIEST occurrence, the next 8 tokens as a chain); and the
   same with the most recent occurrence (``prompt lookup (latest)``).
@@ -58,6 +61,7 @@ import drafter_replay as dr  # noqa: E402
 PEERS = [
     ("SGLang BFS (defaults)", "ngramspec", dict(match_type="BFS")),
     ("SGLang PROB", "ngramspec", dict(match_type="PROB")),
+    ("SGLang BFS, its C++ core (µs: C calls only)", "sglang_cpp", dict(match_type="BFS")),
     ("prompt lookup (vLLM, earliest)", "prompt_lookup", dict(occurrence="earliest")),
     ("prompt lookup (latest)", "prompt_lookup", dict(occurrence="latest")),
     ("Arctic suffix decoding", "arctic", {}),
@@ -103,9 +107,10 @@ def run(rows, *, arctic: bool = True, decode_ms: float = 12.2, verify_ms: float 
             continue
         try:
             dr.replay(dr.make_proposer(name, **settings), rows[:2])   # warm-up (compile, build)
-            stats = dr.replay(dr.make_proposer(name, **settings), rows)
-        except Exception as exc:  # only the Arctic build may be unavailable here
-            if name != "arctic":
+            proposer = dr.make_proposer(name, **settings)
+            stats = dr.replay(proposer, rows)
+        except Exception as exc:  # only the peer builds may be unavailable here
+            if name not in ("arctic", "sglang_cpp"):
                 raise
             notes.append(f"{label}: skipped ({type(exc).__name__}: {str(exc).splitlines()[0]})")
             continue
@@ -117,6 +122,11 @@ def run(rows, *, arctic: bool = True, decode_ms: float = 12.2, verify_ms: float 
         groups = {}
         for g, s in dr.pool_by(stats).items():
             d = s.to_dict()
+            if name == "sglang_cpp":  # its own clock: wall time inside the C calls only
+                d["draft_us_per_step"] = proposer.c_ns / 1e3 / dr.pool(stats).steps \
+                    if g == "overall" else float("nan")
+                if len(rows) == 133 and g == "overall":
+                    assert round(s.tokens_per_step, 2) == SGLANG_EXPECTED["BFS"]
             d["speedup"] = model.predict(
                 s.tokens_per_step, draft_ms=s.draft_us_per_step / 1e3,
                 verify_share=s.share_steps_with_draft if adaptive else 1.0).speedup

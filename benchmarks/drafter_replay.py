@@ -292,9 +292,55 @@ def _arctic(**kw):
     return ArcticProposer(**kw)
 
 
+class SglangCppProposer:
+    """SGLang 0.5.23's C++ core itself (``benchmarks/peers/sglang.py``), driven as its worker
+    drives it: match the last ``max_trie_depth`` tokens statefully, then insert that window.
+
+    ``c_ns`` accumulates the wall time spent inside its C entry points only, on inputs packed
+    beforehand (its insert hands work to a thread, which a thread-CPU clock would miss)."""
+
+    name = "SGLang C++"
+
+    def __init__(self, match_type: str = "BFS", capacity: int = 2_000_000) -> None:
+        from peers.sglang import SglangPeer
+        self.peer = SglangPeer(match_type=match_type, capacity=capacity)
+        self.depth = self.peer.depth
+        self.c_ns = 0
+        self.last_overhead_ns = 0
+        self._window: dict = {}
+
+    def start(self, rid, prompt, first_token) -> None:
+        pass  # prefill neither matches nor inserts
+
+    def propose(self, rid, context):
+        t0 = time.thread_time_ns()
+        ctx = np.ascontiguousarray(context[-self.depth:], dtype=np.int32)
+        self._window[rid] = ctx
+        packed = self.peer.pack_match([ctx], [rid], [len(context)])
+        w0 = time.perf_counter_ns()
+        self.peer.match_packed(packed)
+        self.c_ns += time.perf_counter_ns() - w0
+        tokens, mask = packed[5][0], packed[6][0].astype(bool)
+        strict = mask & np.tri(mask.shape[0], mask.shape[0], -1, dtype=bool)
+        parents = np.where(strict.any(1), mask.shape[0] - 1 - np.argmax(strict[:, ::-1], 1), -1)
+        self.last_overhead_ns = time.thread_time_ns() - t0
+        return tokens[1:], parents[1:] - 1
+
+    def on_accept(self, rid, emitted) -> None:
+        packed = self.peer.pack_insert([self._window[rid]])
+        w0 = time.perf_counter_ns()
+        self.peer.insert_packed(packed)
+        self.c_ns += time.perf_counter_ns() - w0
+
+    def stop(self, rid) -> None:
+        self.peer.erase([rid])
+        self._window.pop(rid, None)
+
+
 #: name -> factory(**settings).
 PROPOSERS: dict[str, Callable[..., TreeProposer]] = {
     "ngramspec": NgramspecProposer,
+    "sglang_cpp": SglangCppProposer,
     "prompt_lookup": _prompt_lookup,
     "arctic": _arctic,
 }
