@@ -12,7 +12,7 @@ import numpy as np
 
 from .._jit import jit
 from .tree import _map_get, _map_insert, _tree_reset, fill_result
-from .trie import child_of
+from .match import window_anchors
 
 __all__ = ["adaptive_scratch", "draft_adaptive"]
 
@@ -35,22 +35,6 @@ def adaptive_scratch(budget, max_depth):
             np.empty(max(budget, 1), np.float64), np.empty(max(budget, 1), np.int32),  # top kids
             np.empty(cap, np.float64), np.empty(cap, np.int64), np.empty(cap, np.int32),
             np.empty(cap, np.int32))  # heap: p, order, tree parent, trie node
-
-
-@jit
-def _anchors(ctx, max_depth, nchild, ht_key, ht_val, a_nodes, a_depths):
-    count = 0
-    for d in range(min(ctx.size, max_depth), 0, -1):
-        cur = 0
-        for k in range(ctx.size - d, ctx.size):
-            cur = child_of(ht_key, ht_val, cur, ctx[k])
-            if cur == -1:
-                break
-        if cur != -1 and nchild[cur] > 0:
-            a_nodes[count] = cur
-            a_depths[count] = d
-            count += 1
-    return count
 
 
 @jit
@@ -94,7 +78,8 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, 
                    ht_key, ht_val, bucket_counts, sc, used):
     (a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
      h_p, h_o, h_par, h_node) = sc
-    count = _anchors(ctx, max_depth, nchild, ht_key, ht_val, a_nodes, a_depths)
+    # Every context suffix up to the trie depth: 0.5.9's window rule with the window 1..depth.
+    count = window_anchors(ctx, 1, max_depth, nchild, ht_key, ht_val, a_nodes, a_depths)
     for a in range(count):
         d = a_depths[a]
         limit = budget

@@ -29,6 +29,7 @@ import itertools
 from typing import Sequence
 
 from ..stdorder import UnorderedMapOrder
+from .match import window_anchors
 from .trie import Node, Trie
 
 __all__ = ["AdaptiveParams", "stateless_anchors", "build_adaptive"]
@@ -56,13 +57,8 @@ class AdaptiveParams:
 
 def stateless_anchors(trie: Trie, context: Sequence[int]) -> list[tuple[Node, int]]:
     """``(node, d)`` for every context suffix of length ``d`` that is a path with children,
-    longest first."""
-    out = []
-    for d in range(min(len(context), trie.max_depth), 0, -1):
-        node = trie.walk(context[len(context) - d:])
-        if node is not None and node.children:
-            out.append((node, d))
-    return out
+    longest first (0.5.9's window rule with the window ``1 .. trie depth``)."""
+    return window_anchors(trie, context, 1, trie.max_depth)
 
 
 def _conditional_total(node: Node) -> int:
