@@ -28,7 +28,7 @@ from .._jit import jit
 from .match import match_anchors
 from .tree import build_bfs, build_prob, fill_result
 from .trie import (M_FREETOP, M_GHEAD, M_SIZE, M_UNUSED, _g_push_back, _g_push_front,
-                   _g_unlink, _squeeze, child_of, new_child, touch_child)
+                   _g_unlink, _ht_put, _push_child_front, _squeeze, _unlink_child, child_of)
 
 __all__ = ["replay_kernel", "DONE", "PAUSED", "NEED_ROOM", "L_NEXT", "L_NRUN", "L_STEPS",
            "L_LEFT", "LOOP_SIZE"]
@@ -80,13 +80,28 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par
             if child == -1:
                 child = child_of(ht_key, ht_val, cur, t)
             if child == -1:
-                child = new_child(cur, t, 1, tok, par, freq, c_head, c_next, c_prev, nchild,
-                                  free, ht_key, ht_val, meta)
+                if meta[M_FREETOP] > 0:
+                    meta[M_FREETOP] -= 1
+                    child = free[meta[M_FREETOP]]
+                else:
+                    child = meta[M_UNUSED]
+                    meta[M_UNUSED] += 1
+                meta[M_SIZE] += 1
+                tok[child] = t
+                par[child] = cur
+                freq[child] = 1
+                c_head[child] = -1
+                nchild[child] = 0
+                _ht_put(ht_key, ht_val, cur, t, child)
+                _push_child_front(c_head, c_next, c_prev, cur, child)
+                nchild[cur] += 1
                 if lru:
                     _g_push_back(g_next, g_prev, meta, child)
             else:
                 freq[child] += 1
-                touch_child(cur, child, c_head, c_next, c_prev)
+                if c_head[cur] != child:
+                    _unlink_child(c_head, c_next, c_prev, cur, child)
+                    _push_child_front(c_head, c_next, c_prev, cur, child)
             path[k] = child
             cur = child
         if lru:

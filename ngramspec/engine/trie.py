@@ -248,37 +248,6 @@ def _squeeze(count, tok, par, ver, c_head, c_next, c_prev, nchild, g_next, g_pre
 
 
 @jit
-def new_child(cur, t, f, tok, par, freq, c_head, c_next, c_prev, nchild, free, ht_key, ht_val,
-              meta):
-    """Take a free slot for a new child ``t`` of ``cur`` with frequency ``f``, in front of
-    ``cur``'s recency list; the caller places it in the global LRU list."""
-    if meta[M_FREETOP] > 0:
-        meta[M_FREETOP] -= 1
-        child = free[meta[M_FREETOP]]
-    else:
-        child = meta[M_UNUSED]
-        meta[M_UNUSED] += 1
-    meta[M_SIZE] += 1
-    tok[child] = t
-    par[child] = cur
-    freq[child] = f
-    c_head[child] = -1
-    nchild[child] = 0
-    _ht_put(ht_key, ht_val, cur, t, child)
-    _push_child_front(c_head, c_next, c_prev, cur, child)
-    nchild[cur] += 1
-    return child
-
-
-@jit
-def touch_child(cur, child, c_head, c_next, c_prev):
-    """Move an existing child to the front of ``cur``'s recency list."""
-    if c_head[cur] != child:
-        _unlink_child(c_head, c_next, c_prev, cur, child)
-        _push_child_front(c_head, c_next, c_prev, cur, child)
-
-
-@jit
 def insert_kernel(flat, offsets, starts_from, max_depth, capacity, tok, par, freq, ver, c_head,
                   c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path, pos):
     """Insert every sequence ``flat[offsets[s]:offsets[s+1]]`` in order, SGLang's way.
@@ -325,14 +294,28 @@ def insert_counted_kernel(flat, offsets, starts_from, count_from, max_depth, cap
                 t = flat[lo + i + k]
                 child = child_of(ht_key, ht_val, cur, t)
                 if child == -1:
-                    child = new_child(cur, t, 1 if i + k >= counted else 0, tok, par, freq,
-                                      c_head, c_next, c_prev, nchild, free, ht_key, ht_val,
-                                      meta)
+                    if meta[M_FREETOP] > 0:
+                        meta[M_FREETOP] -= 1
+                        child = free[meta[M_FREETOP]]
+                    else:
+                        child = meta[M_UNUSED]
+                        meta[M_UNUSED] += 1
+                    meta[M_SIZE] += 1
+                    tok[child] = t
+                    par[child] = cur
+                    freq[child] = 1 if i + k >= counted else 0
+                    c_head[child] = -1
+                    nchild[child] = 0
+                    _ht_put(ht_key, ht_val, cur, t, child)
+                    _push_child_front(c_head, c_next, c_prev, cur, child)
+                    nchild[cur] += 1
                     _g_push_back(g_next, g_prev, meta, child)
                 else:
                     if i + k >= counted:
                         freq[child] += 1
-                    touch_child(cur, child, c_head, c_next, c_prev)
+                    if c_head[cur] != child:
+                        _unlink_child(c_head, c_next, c_prev, cur, child)
+                        _push_child_front(c_head, c_next, c_prev, cur, child)
                 path[k] = child
                 cur = child
             for k in range(length - 1, -1, -1):
