@@ -5,7 +5,8 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from typing import Any, Hashable, Sequence
+from collections.abc import Sequence
+from typing import Any, Hashable
 
 import numpy as np
 
@@ -40,6 +41,10 @@ def _as_sequence(seq: Any, name: str) -> np.ndarray:
                         f"range or integer array), got {type(seq).__name__}")
     else:
         items = list(seq)
+        # Fast path: plain Python ints within int32 (type() excludes bool, a subclass of int).
+        if all(type(t) is int for t in items) and (
+                not items or (_INT32_MIN <= min(items) and max(items) <= _INT32_MAX)):
+            return np.array(items, dtype=np.int32)
         for t in items:
             if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
                 raise TypeError(f"{name} must hold integer token ids, found "
