@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-import ngramspec as ns
-from test_engine_vs_reference import assert_same, seqs, vocabularies
+from test_engine_vs_reference import assert_same, pair, seqs, vocabularies
 
 PROFILE = "sglang-0.5.9"
 
@@ -27,10 +26,6 @@ def legacy_configs(draw, small_capacity=False):
                 max_match_window_size=max_w, min_bfs_breadth=lo, max_bfs_breadth=hi,
                 draft_token_num=draw(st.integers(1, 64)),
                 match_type=draw(st.sampled_from(["BFS", "PROB"])), capacity=cap)
-
-
-def pair(cfg):
-    return ns.NgramCache(**cfg, backend="reference"), ns.NgramCache(**cfg, backend="numba")
 
 
 @given(legacy_configs(), vocabularies(), st.data())
