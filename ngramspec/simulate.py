@@ -34,6 +34,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
+from . import _validate as v
 from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
 from .streams import StreamSource, read_streams
@@ -247,18 +248,9 @@ class SimulationResult:
 
 
 def _check_args(config: Any, concurrency: Any, backend: Any) -> NgramConfig:
-    if config is None:
-        config = NgramConfig()
-    if not isinstance(config, NgramConfig):
-        raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)):
-        raise TypeError(f"concurrency must be an int >= 1, got {type(concurrency).__name__} "
-                        f"{concurrency!r}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1 (requests decoded together), got "
-                         f"{concurrency}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    config = v.check_config(config)
+    v.as_positive_int(concurrency, "concurrency", "requests decoded together")
+    v.check_backend(backend, BACKENDS)
     return config
 
 

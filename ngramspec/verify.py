@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _validate as v
 from .drafts import DraftBatch
 
 __all__ = ["VerifyResult", "verify_greedy", "verify_greedy_logits"]
@@ -50,15 +51,9 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     >>> r.accept_index.tolist(), r.accept_lens.tolist(), [e.tolist() for e in r.emitted]
     ([[0, 2, 3, -1]], [3], [[3, 7, 11]])
     """
-    if not isinstance(drafts, DraftBatch):
-        raise TypeError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
-    pred = np.asarray(target_predict)
+    _check_drafts(drafts)
     b, n = drafts.tokens.shape
-    if pred.shape != (b, n):
-        raise ValueError(f"target_predict must have shape (batch, draft_token_num) = ({b}, {n}), "
-                         f"got {pred.shape}")
-    if pred.size and not np.issubdtype(pred.dtype, np.integer):
-        raise TypeError(f"target_predict must hold integer token ids, got dtype {pred.dtype}")
+    pred = v.as_token_matrix(target_predict, (b, n), "target_predict")
     tokens = drafts.tokens
     next_token = drafts.retrieve_next_token
     next_sibling = drafts.retrieve_next_sibling
@@ -105,15 +100,11 @@ def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
     >>> ns.verify_greedy_logits(d, logits).emitted[0].tolist()
     [3, 5]
     """
+    _check_drafts(drafts)
+    b, n = drafts.tokens.shape
+    return verify_greedy(drafts, v.as_logits(logits, b, n).argmax(axis=-1))
+
+
+def _check_drafts(drafts) -> None:
     if not isinstance(drafts, DraftBatch):
         raise TypeError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
-    arr = np.asarray(logits)
-    b, n = drafts.tokens.shape
-    if arr.ndim == 2 and arr.shape[0] == b * n:
-        arr = arr.reshape(b, n, arr.shape[1])
-    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
-        raise ValueError(f"logits must have shape (batch, draft_token_num, vocab) = ({b}, {n}, V) "
-                         f"or ({b * n}, V) with V > 0, got {arr.shape}")
-    if arr.dtype.kind not in "fiu":
-        raise TypeError(f"logits must be numeric, got dtype {arr.dtype}")
-    return verify_greedy(drafts, arr.argmax(axis=-1))

@@ -48,7 +48,7 @@ def test_exact_counting_counts_each_occurrence_once(seq, data):
     start = 0
     for end in cuts:
         lo = max(0, start - depth + 1)
-        cache._insert_counted([np.asarray(seq[lo:end], np.int32)], [start - lo])
+        cache.insert([np.asarray(seq[lo:end], np.int32)], count_from=[start - lo])
         start = end
     assert trie_counts(cache) == ngram_counts(seq, depth)
 
@@ -83,10 +83,10 @@ def test_adaptive_engine_equals_reference(scenario):
         for batch in shared:
             cache.insert(batch)
         if own:
-            local._insert_counted([np.asarray(own, np.int32)], [min(counted_from, len(own))])
+            local.insert([np.asarray(own, np.int32)], count_from=[min(counted_from, len(own))])
         batch = [np.asarray(c, np.int32) for c in contexts]
         out[backend] = (cache.match(contexts),
-                        cache._match_adaptive(batch, [local] * len(batch)))
+                        cache.match(batch, local=[local] * len(batch)))
     for ref, eng in zip(out["reference"], out["numba"]):
         assert_array_equal(eng.tokens, ref.tokens)
         assert_array_equal(eng.mask, ref.mask)

@@ -9,7 +9,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from ngramspec.persist import _canonical
+from test_persist import _canonical
 
 
 class Recorder:
