@@ -247,8 +247,8 @@ class NgramCache:
         if self._adaptive:
             return self._match_adaptive(batch, self._local_backends(local, len(batch)))
         if local is not None:
-            raise ValueError("local caches are searched by match_type='ADAPTIVE' only, this "
-                             f"cache's match_type is {self._config.match_type!r}")
+            raise ValueError("local= is for match_type='ADAPTIVE' only (local caches are "
+                             f"searched by it); this cache's is {self._config.match_type!r}")
         self.synchronize()
         with self._lock:
             tokens, mask, num_drafts = self._backend.match(batch, keys, lens)

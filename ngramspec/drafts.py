@@ -145,7 +145,7 @@ class DraftBatch:
         """(B, n) int32: ancestors of each slot, root excluded from none (root depth 0)."""
         n = self.draft_token_num
         strict = self.mask & ~np.eye(n, dtype=bool)
-        return strict.sum(axis=2).astype(np.int32)
+        return _frozen(strict.sum(axis=2).astype(np.int32))
 
     @cached_property
     def parents(self) -> np.ndarray:
@@ -154,7 +154,7 @@ class DraftBatch:
         strict = self.mask & np.tri(n, n, -1, dtype=bool)  # j < i
         # The parent is the nearest ancestor: the largest j < i with mask[i, j].
         last = n - 1 - np.argmax(strict[:, :, ::-1], axis=2)
-        return np.where(strict.any(axis=2), last, -1).astype(np.int32)
+        return _frozen(np.where(strict.any(axis=2), last, -1).astype(np.int32))
 
     def positions(self, kv_lens=None, *, seq_lens=None) -> np.ndarray:
         """(B, n) int64 position ids: ``kv_lens[b] + depth`` (``kv_lens`` = tokens in the
@@ -274,7 +274,7 @@ class DraftBatch:
     def retrieve_index(self) -> np.ndarray:
         """(B, n) int32 global rows ``b * n + i`` (SGLang's ``retrive_index``)."""
         b, n = self.tokens.shape
-        return np.arange(b * n, dtype=np.int32).reshape(b, n)
+        return _frozen(np.arange(b * n, dtype=np.int32).reshape(b, n))
 
     @cached_property
     def retrieve_next_token(self) -> np.ndarray:
@@ -287,7 +287,7 @@ class DraftBatch:
         for i in range(n - 1, 0, -1):
             rows = np.arange(b)
             out[rows, par[:, i]] = i
-        return out
+        return _frozen(out)
 
     @cached_property
     def retrieve_next_sibling(self) -> np.ndarray:
@@ -300,4 +300,4 @@ class DraftBatch:
         for i in range(n - 1, 0, -1):
             out[:, i] = following[rows, par[:, i]]
             following[rows, par[:, i]] = i
-        return out
+        return _frozen(out)

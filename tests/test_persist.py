@@ -354,3 +354,35 @@ def test_files_of_the_previous_version_load_and_continue(name, backend):
         for a, b in zip(x, y):
             assert_array_equal(a, b)
     assert_same_content(loaded, rebuilt)
+
+
+def _imports(module: str) -> set[str]:
+    """The ngramspec modules a module imports, at any level (relative names resolved)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(open(spec.origin).read())
+    package = module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m.startswith("ngramspec")}
+
+
+def test_persist_knows_the_file_format_only():
+    imported = _imports("ngramspec.persist")
+    assert imported, "the import scan found nothing: it is broken"
+    for forbidden in ("ngramspec.cache", "ngramspec.engine", "ngramspec.reference"):
+        assert not any(m == forbidden or m.startswith(forbidden + ".") for m in imported), \
+            imported
+    # One way only: the cache uses persist, persist never the cache.
+    assert "ngramspec.persist" in _imports("ngramspec.cache")
