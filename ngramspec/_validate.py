@@ -30,6 +30,8 @@ _I32 = np.dtype(np.int32)
 _PLAIN_INT = frozenset((int,))
 _ID_TYPES = frozenset((str, int))
 _LIST_TYPES = frozenset((list, tuple))
+_NDARRAY, _INT32_ONLY, _ONE = {np.ndarray}, {_I32}, {1}
+_DTYPE, _NDIM = operator.attrgetter("dtype"), operator.attrgetter("ndim")
 
 
 # Token sequences ---------------------------------------------------------------------------
@@ -119,9 +121,9 @@ def as_batch(batch: Any, name: str) -> list[np.ndarray]:
                 as_sequence(row, f"{name}[{i}]")
             raise
         return list(batch.astype(np.int32, copy=False))
-    if type(batch) in _LIST_TYPES and all(
-            type(a) is np.ndarray and a.dtype is _I32 and a.ndim == 1 for a in batch):
-        return list(batch)  # the common case: int32 arrays, nothing to convert
+    if type(batch) in _LIST_TYPES and set(map(type, batch)) == _NDARRAY and \
+            set(map(_DTYPE, batch)) == _INT32_ONLY and set(map(_NDIM, batch)) == _ONE:
+        return list(batch)  # the common case: 1-D int32 arrays, nothing to convert
     if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
         raise TypeError(f"{name} must be a list of 1-D integer sequences or a 2-D integer "
                         f"array, got {type(batch).__name__}")
@@ -196,8 +198,7 @@ def as_lengths(values: Any, n: int, name: str, *, minimum: int | None = 0,
     if type(values) in _LIST_TYPES and len(values) == n and n and \
             set(map(type, values)) <= _PLAIN_INT:
         # The common case: plain ints (min() of Python ints is one C-level pass).
-        low = min(values)
-        if minimum is None or low >= minimum:
+        if minimum is None or min(values) >= minimum:
             try:
                 return np.array(values, dtype=np.int64)
             except OverflowError:
