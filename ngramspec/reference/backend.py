@@ -122,13 +122,16 @@ class ReferenceBackend:
     # Canonical content (what a saved file holds) ------------------------------------------
 
     def to_canonical(self) -> CanonicalContent:
-        """The trie and match states, independent of object identity and history."""
+        """The trie and match states, independent of object identity and history
+        (:class:`~ngramspec._canonical.CanonicalContent`; states in id order)."""
         trie = self.trie
         nodes = list(trie.global_lru)  # most recently touched first
         index = {id(node): k for k, node in enumerate(nodes)}
         index[id(trie.root)] = -1
         depth = self.config.trie_depth
-        keys = list(self.states) if self.config.stateful else []
+        # States in id order (ints ascending, then strs), as the engine lists them.
+        keys = sorted(self.states, key=lambda k: (isinstance(k, str), k)) \
+            if self.config.stateful else []
         s_epoch, ptl = np.zeros(len(keys), np.int64), np.zeros(len(keys), np.int64)
         count, refs = np.zeros(len(keys), np.int32), np.full((len(keys), depth), -1, np.int32)
         for i, key in enumerate(keys):
