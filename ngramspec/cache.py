@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _validate as v
+from . import persist
 from .config import NgramConfig
 from .drafts import DraftBatch
 from .errors import BackgroundInsertError
@@ -386,7 +387,7 @@ class NgramCache:
         >>> NgramCache.load(path).match([[1, 2]]).tokens
         array([[2, 3, 4, 0]], dtype=int32)
         """
-        from . import __version__, persist
+        from . import __version__  # the package's, set after this module is imported
 
         self.synchronize()
         with self._lock:
@@ -396,11 +397,9 @@ class NgramCache:
 
     def _canonical(self) -> "CanonicalContent":
         """The cache's canonical content (what :meth:`save` writes), states in id order."""
-        from .persist import in_id_order
-
         self.synchronize()
         with self._lock:
-            return in_id_order(self._backend.to_canonical())
+            return persist.in_id_order(self._backend.to_canonical())
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, backend: str | None = None,
@@ -421,8 +420,6 @@ class NgramCache:
         CacheFileError
             Truncated, corrupted, of an unknown format version, or of another ``config``.
         """
-        from . import persist
-
         v.check_backend(backend, BACKENDS, allow_none=True)
         if config is not None:
             config = v.check_config(config, default=False)
