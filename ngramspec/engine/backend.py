@@ -6,7 +6,7 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
 from .._canonical import CanonicalContent
 from ..config import NgramConfig
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
@@ -20,7 +20,7 @@ __all__ = ["EngineBackend"]
 _BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 
 
-@jit
+@jit_inline
 def _draft(ctx, count, top, steps, params, t, sc, bucket_counts, out_tokens, out_mask):
     """Build one request's tree from the ``count`` anchors in ``sc`` and lay it out; returns
     the drafted node count.  ``top``/``steps``: the BFS breadth schedule

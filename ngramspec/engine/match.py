@@ -12,7 +12,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
 from .trie import M_EPOCH, child_of
 
 __all__ = ["States", "new_states", "match_anchors", "window_anchors"]
@@ -76,7 +76,7 @@ def _advance(appended, total_len, s, max_depth, t, st, scratch):
     return True
 
 
-@jit
+@jit_inline
 def match_anchors(ctx, total_len, s, max_depth, t, st, scratch, out_nodes, out_depths):
     """Update state row ``s`` of ``st`` (:data:`States`) for ``ctx`` on trie ``t``
     (:data:`~ngramspec.engine.trie.Trie`); write expandable anchors longest first; count them."""

@@ -11,7 +11,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
 
 __all__ = ["Scratch", "new_scratch", "build_bfs", "build_bfs_scheduled", "build_prob",
            "fill_result"]
@@ -128,7 +128,7 @@ def build_bfs(n_anchors, budget, max_depth, min_b, max_b, t, sc, bucket_counts):
     return build_bfs_scheduled(n_anchors, budget, mmd, mmd, min_b, max_b, t, sc, bucket_counts)
 
 
-@jit
+@jit_inline
 def build_bfs_scheduled(n_anchors, budget, top, steps, min_b, max_b, t, sc, bucket_counts):
     """Recency BFS below the ``n_anchors`` anchors of ``sc`` (:data:`Scratch`) on trie ``t``
     into one tree; returns the drafted node count.
@@ -249,7 +249,7 @@ def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_
     return size
 
 
-@jit
+@jit_inline
 def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
     """Best-first expansion by path probability below the anchors of ``sc``; returns the
     drafted node count."""
@@ -279,7 +279,7 @@ def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
     return cursor - 1
 
 
-@jit
+@jit_inline
 def fill_result(last_token, n, sc, out_tokens, out_mask):
     """Level-order layout and ancestor mask of the tree in ``sc`` (any scratch bundle with
     ``t_tok``, ``t_head``, ``t_next``, ``order``, ``slot_parent``) into one request's row."""
