@@ -147,8 +147,10 @@ def _corrupt_freq_sum(t):
     t.freq[c] = t.freq[v] + 1
 
 
-def _corrupt_nchild(t):
-    t.nchild[0] += 1
+def _corrupt_c_head(t):
+    # A leaf claims a child that belongs to another parent.
+    leaf = int(t.meta[2])
+    t.c_head[leaf] = int(t.c_head[0])
 
 
 def _corrupt_c_prev(t):
@@ -209,7 +211,7 @@ def _corrupt_sibling_tokens(t):
 
 
 @pytest.mark.parametrize("damage", [_corrupt_parent, _corrupt_freq, _corrupt_freq_sum,
-                                    _corrupt_nchild, _corrupt_c_prev, _corrupt_lru_order,
+                                    _corrupt_c_head, _corrupt_c_prev, _corrupt_lru_order,
                                     _corrupt_lru_tail, _corrupt_table, _corrupt_table_value,
                                     _corrupt_table_duplicate, _corrupt_free_stack,
                                     _corrupt_free_count, _corrupt_size,

@@ -39,7 +39,7 @@ def _export_kernel(tok, par, freq, g_next, head, number, out_tok, out_par, out_f
 @jit
 def _import_kernel(c_tok, c_par, c_freq, t, tail):
     tok, par, freq, c_head, c_next, c_prev = t.tok, t.par, t.freq, t.c_head, t.c_next, t.c_prev
-    nchild, g_next, g_prev, ht = t.nchild, t.g_next, t.g_prev, t.ht
+    g_next, g_prev, ht = t.g_next, t.g_prev, t.ht
     n = c_tok.size
     for i in range(n):
         v = i + 1  # slot of canonical node i; slot 0 is the root
@@ -48,7 +48,6 @@ def _import_kernel(c_tok, c_par, c_freq, t, tail):
         par[v] = p
         freq[v] = c_freq[i]
         c_head[v] = -1
-        nchild[v] = 0
         # Appending in global order gives the recency order (most recent first).
         last = tail[p]
         c_prev[v] = last
@@ -58,7 +57,6 @@ def _import_kernel(c_tok, c_par, c_freq, t, tail):
         else:
             c_next[last] = v
         tail[p] = v
-        nchild[p] += 1
         g_prev[v] = i if i > 0 else -1
         g_next[v] = i + 2 if i + 1 < n else -1
         _ht_put(ht, p, c_tok[i], v)

@@ -11,7 +11,7 @@ The invariants, all derived from :mod:`ngramspec.engine.trie`:
 - free list (threaded through ``g_next``): ``free top`` distinct slots in ``[1, unused)``;
 - links: every live non-root node has a live parent, a depth ``<= trie depth``, ``freq >= 1``,
   and is found by the child table under ``(parent, token)``;
-- child recency lists: doubly linked (``c_prev`` mirrors ``c_next``), ``nchild`` long, children
+- child recency lists: doubly linked (``c_prev`` mirrors ``c_next``), children
   of that parent only, distinct tokens; together they hold every live non-root node once;
 - frequencies: a non-root parent was on every path its children were on since they were
   created, so ``freq[parent] >= sum(freq[children])`` (not with ``exact_counts``, where a
@@ -53,7 +53,7 @@ def check_trie(t, max_depth: int) -> np.ndarray:
     if not (alloc <= t.capacity and 1 <= unused <= alloc and 0 <= top <= unused - 1):
         _fail(f"slot counters inconsistent: alloc {alloc}, unused {unused}, free top {top}, "
               f"capacity {t.capacity}")
-    for name in ("tok", "par", "freq", "ver", "c_head", "c_next", "c_prev", "nchild", "g_next",
+    for name in ("tok", "par", "freq", "ver", "c_head", "c_next", "c_prev", "g_next",
                  "g_prev"):
         if getattr(t, name).shape != (alloc,):
             _fail(f"array {name} has shape {getattr(t, name).shape}, expected ({alloc},)")
@@ -123,8 +123,6 @@ def check_trie(t, max_depth: int) -> np.ndarray:
             tokens.add(int(t.tok[c]))
             count += 1
             prev, c = c, int(t.c_next[c])
-        if count != int(t.nchild[p]):
-            _fail(f"node {p}: nchild is {int(t.nchild[p])} but its child list has {count}")
     missing = nodes[~seen[nodes]]
     if missing.size:
         _fail(f"node {int(missing[0])} is live but in no child list")

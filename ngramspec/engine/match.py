@@ -89,10 +89,9 @@ def match_anchors(ctx, total_len, s, max_depth, t, st, scratch, out_nodes, out_d
                              scratch)):
         _rebuild(ctx, total_len, s, max_depth, t, st)
     count = 0
-    nchild = t.nchild
     for d in range(st.n[s], 0, -1):
         node = st.node[s, d - 1]
-        if node != -1 and nchild[node] > 0:
+        if node != -1 and t.c_head[node] != -1:
             out_nodes[count] = node
             out_depths[count] = d
             count += 1
@@ -110,7 +109,7 @@ def window_anchors(ctx, min_w, max_w, t, out_nodes, out_depths):
             cur = child_of(t.ht, t.par, t.tok, cur, ctx[k])
             if cur == -1:
                 break
-        if cur != -1 and t.nchild[cur] > 0:
+        if cur != -1 and t.c_head[cur] != -1:
             out_nodes[count] = cur
             out_depths[count] = w
             count += 1

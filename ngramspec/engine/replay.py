@@ -70,7 +70,7 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, t, path,
     """
     tok, par, freq, ver, c_head, c_next, c_prev = (t.tok, t.par, t.freq, t.ver, t.c_head,
                                                    t.c_next, t.c_prev)
-    nchild, g_next, g_prev, ht, meta = t.nchild, t.g_next, t.g_prev, t.ht, t.meta
+    g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
     pc_node, pc_ver, pc_start, pc_len = rs.pc_node, rs.pc_ver, rs.pc_start, rs.pc_len
     old_start = pc_start[row]
     old_len = pc_len[row]
@@ -104,10 +104,8 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, t, path,
                 par[child] = cur
                 freq[child] = 1
                 c_head[child] = -1
-                nchild[child] = 0
                 _ht_put(ht, cur, tk, child)
                 _push_child_front(c_head, c_next, c_prev, cur, child)
-                nchild[cur] += 1
                 if lru:
                     _g_push_back(g_next, g_prev, meta, child)
             else:

@@ -31,14 +31,13 @@ META_SIZE = 7
 
 #: The trie's arrays.  Per node (length ``alloc``): ``tok``, ``par``, ``freq``, ``ver`` (int64,
 #: bumped when the slot is freed), ``c_head``/``c_next``/``c_prev`` (recency list of children),
-#: ``nchild``, ``g_next``/``g_prev`` (global LRU list; ``g_next`` also links free slots), all
-#: int32 but ``ver``; ``ht``: int32 child table of node indices (-1 empty, size a power of two
+#: ``g_next``/``g_prev`` (global LRU list; ``g_next`` also links free slots), all int32 but
+#: ``ver`` (a node has children iff ``c_head != -1``); ``ht``: int32 child table of node indices (-1 empty, size a power of two
 #: at least twice ``alloc``); ``meta``: int64 counters (``M_*``).
-Trie = namedtuple("Trie", "tok par freq ver c_head c_next c_prev nchild g_next g_prev ht meta")
+Trie = namedtuple("Trie", "tok par freq ver c_head c_next c_prev g_next g_prev ht meta")
 
 _NODE_DTYPES = dict(tok=np.int32, par=np.int32, freq=np.int32, ver=np.int64, c_head=np.int32,
-                    c_next=np.int32, c_prev=np.int32, nchild=np.int32, g_next=np.int32,
-                    g_prev=np.int32)
+                    c_next=np.int32, c_prev=np.int32, g_next=np.int32, g_prev=np.int32)
 
 
 class TrieArrays:
@@ -65,7 +64,6 @@ class TrieArrays:
         m[M_GHEAD] = m[M_GTAIL] = m[M_FREEHEAD] = -1
         m[M_UNUSED] = 1  # slot 0 is the root
         self.c_head[0] = -1
-        self.nchild[0] = 0
         self.ht[:] = -1
         # Versions survive a reset: stored references to old slots must still read as stale
         # even across epochs (the epoch check catches them first, as in SGLang).
@@ -257,7 +255,6 @@ def squeeze(t, count):
         _g_unlink(t.g_next, t.g_prev, meta, node)
         parent = t.par[node]
         _unlink_child(t.c_head, t.c_next, t.c_prev, parent, node)
-        t.nchild[parent] -= 1
         _ht_delete(t.ht, t.par, t.tok, node)
         t.ver[node] += 1
         t.g_next[node] = meta[M_FREEHEAD]
@@ -282,7 +279,7 @@ def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, t
     """
     t = Trie(*trie)
     tok, par, freq, c_head, c_next, c_prev = t.tok, t.par, t.freq, t.c_head, t.c_next, t.c_prev
-    nchild, g_next, g_prev, ht, meta = t.nchild, t.g_next, t.g_prev, t.ht, t.meta
+    g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
     alloc = tok.size
     for s in range(pos[0], offsets.size - 1):
         lo = offsets[s]
@@ -317,10 +314,8 @@ def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, t
                     par[child] = cur
                     freq[child] = 1 if i + k >= counted else 0
                     c_head[child] = -1
-                    nchild[child] = 0
                     _ht_put(ht, cur, tk, child)
                     _push_child_front(c_head, c_next, c_prev, cur, child)
-                    nchild[cur] += 1
                     _g_push_back(g_next, g_prev, meta, child)
                 else:
                     if i + k >= counted:
