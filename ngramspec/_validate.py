@@ -147,6 +147,10 @@ def as_batch(batch: Any, name: str) -> list[np.ndarray]:
 
 def as_contexts(contexts: Any, name: str = "contexts") -> list[np.ndarray]:
     """A batch of non-empty contexts (the last token of each is the root of its tree)."""
+    if type(contexts) is list and len(contexts) == 1:  # batch 1, as a server sends it
+        a = contexts[0]
+        if type(a) is np.ndarray and a.dtype is _I32 and a.ndim == 1 and a.size:
+            return [a]
     batch = as_batch(contexts, name)
     if not batch:
         raise ValueError(f"{name} must hold at least one context, got an empty batch")
@@ -240,6 +244,13 @@ def as_lengths(values: Any, n: int, name: str, *, minimum: int | None = 0,
 
 def as_total_lens(total_lens: Any, contexts: list[np.ndarray]) -> np.ndarray:
     """``total_lens`` of a batch: one int64 per context, each at least the context's length."""
+    if type(total_lens) in _LIST_TYPES and len(total_lens) == len(contexts) and \
+            set(map(type, total_lens)) <= _PLAIN_INT and \
+            not any(map(operator.lt, total_lens, map(len, contexts))):
+        try:  # the common case: plain ints, each at least its context's length
+            return np.array(total_lens, dtype=np.int64)
+        except OverflowError:
+            pass  # reported below
     lens = as_lengths(total_lens, len(contexts), "total_lens", minimum=None, per="contexts")
     if type(total_lens) in _LIST_TYPES:  # plain ints: compare in one C-level pass
         short = any(map(operator.lt, total_lens, map(len, contexts)))
