@@ -201,6 +201,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="torch dtype (float32, bfloat16, float16, float64; default: the "
                           "model's)")
     cal.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
+    cal.add_argument("--threads", type=int, metavar="N",
+                     help="CPU threads for torch (default: torch's; 1 is steadier on a busy "
+                          "machine)")
     cal.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar on stderr (default: when stderr is a terminal)")
     return ap
@@ -672,7 +675,8 @@ def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
     try:
         table = calibrate(args.model, batch=batch, tokens=tokens, context=args.context,
                           repeats=args.repeats, warmup=args.warmup, device=args.device,
-                          dtype=args.dtype, seed=args.seed, progress=bar)
+                          dtype=args.dtype, seed=args.seed, threads=args.threads,
+                          progress=bar)
     finally:
         bar.close()
     with open(args.out, "w", encoding="utf-8") as f:
