@@ -24,7 +24,7 @@ import numpy as np
 from .costs import CostTable
 from .drafts import DraftBatch
 
-__all__ = ["calibrate", "tree_batch"]
+__all__ = ["calibrate", "measure", "tree_batch"]
 
 _DTYPES = ("float32", "float64", "bfloat16", "float16")
 
@@ -96,12 +96,21 @@ def _check_sizes(name: str, values: Any) -> list[int]:
     return sorted(out)
 
 
-def calibrate(model: Any, *, batch: Sequence[int] = (1, 4, 16),
+def calibrate(model: Any, **options: Any) -> CostTable:
+    """Measure forward times ``t(batch, tokens)`` of a causal LM as a :class:`CostTable`
+    (options: see :func:`measure`; the module docstring says what is timed)."""
+    points = measure(model, **options)
+    return CostTable([(b, n, ms) for b, n, ms, _, _ in points],
+                     source=f"calibrated {getattr(model, 'name_or_path', model)}")
+
+
+def measure(model: Any, *, batch: Sequence[int] = (1, 4, 16),
               tokens: Sequence[int] = (1, 4, 8, 12), context: int = 1024, repeats: int = 5,
               warmup: int = 2, device: str = "cpu", dtype: str | None = None, seed: int = 0,
               threads: int | None = None,
               progress: Callable[[int, int], None] | None = None) -> CostTable:
-    """Measure forward times ``t(batch, tokens)`` of a causal LM (see the module docstring).
+    """The measurements behind :func:`calibrate`: ``(batch, tokens, median_ms, min_ms,
+    max_ms)`` per point (a wide min..max range means a noisy machine).
 
     Parameters
     ----------
@@ -126,7 +135,7 @@ def calibrate(model: Any, *, batch: Sequence[int] = (1, 4, 16),
 
     Returns
     -------
-    CostTable
+    list of (int, int, float, float, float)
     """
     batch = _check_sizes("batch", batch)
     tokens = _check_sizes("tokens", tokens)
@@ -196,9 +205,10 @@ def calibrate(model: Any, *, batch: Sequence[int] = (1, 4, 16),
                     if i >= warmup:
                         times.append(time.perf_counter() - t0)
                     _crop(cache, context)
-                points.append((b, n, 1e3 * float(np.median(times))))
+                points.append((b, n, 1e3 * float(np.median(times)), 1e3 * min(times),
+                               1e3 * max(times)))
                 done += 1
                 if progress is not None:
                     progress(done, total)
             del cache
-    return CostTable(points, source=f"calibrated {name}")
+    return points

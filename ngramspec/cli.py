@@ -662,7 +662,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
 
 
 def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
-    from .calibrate import calibrate
+    from .calibrate import measure
 
     batch = parse_concurrency(args.batch, flag="--batch")
     tokens = parse_concurrency(args.tokens, flag="--tokens")
@@ -673,12 +673,13 @@ def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     bar = ProgressBar("calibrate", force=args.progress, delay=0.0)
     try:
-        table = calibrate(args.model, batch=batch, tokens=tokens, context=args.context,
+        points = measure(args.model, batch=batch, tokens=tokens, context=args.context,
                           repeats=args.repeats, warmup=args.warmup, device=args.device,
                           dtype=args.dtype, seed=args.seed, threads=args.threads,
                           progress=bar)
     finally:
         bar.close()
+    table = CostTable([p[:3] for p in points], source=f"calibrated {args.model}")
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(table.to_csv())
     out.write(f"cost table for {args.model} on {args.device} (context {args.context} tokens, "
@@ -687,6 +688,12 @@ def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
     rows = [[str(int(b))] + [f"{table.grid[i, j]:.3f}" for j in range(table.tokens.size)]
             for i, b in enumerate(table.batches)]
     out.write("\n".join(_table(cols, rows)) + "\n")
+    noisy = [(b, n, lo, hi) for b, n, _, lo, hi in points if hi > 1.5 * lo]
+    if noisy:
+        b, n, lo, hi = max(noisy, key=lambda p: p[3] / p[2])
+        out.write(f"warning: noisy timings at {len(noisy)} of {len(points)} points (e.g. batch "
+                  f"{b}, tokens {n}: {lo:.3g} to {hi:.3g} ms); other work on this machine? "
+                  "try --threads 1 or more --repeats\n")
     out.write(f"use it: ngramspec simulate --cost-table {args.out} --concurrency "
               f"{','.join(str(int(b)) for b in table.batches)}\n")
     return 0
