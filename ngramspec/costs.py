@@ -64,8 +64,14 @@ def _as_int(value: Any, name: str, where: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise CostTableError(f"{where}: {name} must be an integer >= 1, got {text!r}"
-                                 ) from None
+            try:
+                f = float(text)
+            except ValueError:
+                f = math.nan
+            if not (math.isfinite(f) and f == int(f)):  # "4.0" is 4; "2.5" and "x" are not
+                raise CostTableError(f"{where}: {name} must be an integer >= 1, got {text!r}"
+                                     ) from None
+            value = int(f)
     elif isinstance(value, (float, np.floating)):
         if not (math.isfinite(value) and value == int(value)):
             raise CostTableError(f"{where}: {name} must be an integer >= 1, got {value!r}")

@@ -300,3 +300,43 @@ def test_the_test_catches_a_lossy_rule(replayed):
     rejected, so the test above has power."""
     lossy = sampled_loop_steps(500, seed=7, threshold_acc=0.5)
     assert homogeneity_pvalue(replayed, lossy) < ALPHA
+
+
+# --- sampling metadata of streams ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("temperature", -0.5, "'temperature' must be >= 0"),
+    ("temperature", "hot", "'temperature' must be a finite number or null"),
+    ("temperature", float("nan"), "'temperature' must be a finite number or null"),
+    ("top_p", 0.0, "'top_p' must be in (0, 1]"),
+    ("top_p", 1.5, "'top_p' must be in (0, 1]"),
+    ("top_k", 2.5, "'top_k' must be an integer >= 1, or -1 or 0"),
+    ("top_k", -2, "'top_k' must be an integer >= 1, or -1 or 0"),
+])
+def test_bad_sampling_metadata_is_named(field, value, message):
+    row = {"id": 1, "prompt_ids": [1], "output_ids": [2, 3], field: value}
+    with pytest.raises(ns.StreamError) as e:
+        ns.read_streams([row])
+    assert message in str(e.value) and str(e.value).startswith("record 0")
+
+
+def test_simulate_says_greedy_sampled_or_mixed(capsys):
+    from ngramspec.cli import main
+    base = {"prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 1, 2]}
+    rows = [dict(base, id=0), dict(base, id=1, temperature=0.0),
+            dict(base, id=2, temperature=0.7, top_p=0.9, top_k=None)]
+    assert ns.simulate(rows[:2]).decoding["kind"] == "greedy"
+    assert ns.simulate(rows[2:]).decoding == {"kind": "sampled", "greedy": 0, "sampled": 1,
+                                             "settings": [{"temperature": 0.7, "top_p": 0.9,
+                                                           "top_k": None}]}
+    r = ns.simulate(rows)
+    assert r.decoding["kind"] == "mixed" and r.to_dict()["summary"]["decoding"] == "mixed"
+    import tempfile, os
+    from ngramspec.streams import write_streams
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "s.jsonl")
+        write_streams(rows[2:], path)
+        assert main(["simulate", path, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "decoding: sampled (temperature=0.7 top_p=0.9)" in out
