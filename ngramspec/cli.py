@@ -141,10 +141,13 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     c.add_argument("--extrapolate", action="store_true",
                    help="extend the cost table linearly beyond its measured grid (default: "
                         "an error naming the missing point)")
-    c.add_argument("--decode-ms", type=float, help="one plain decode step")
-    c.add_argument("--verify-ms", type=float, help="one verify step of this tree size")
+    c.add_argument("--decode-ms", type=float,
+                   help="flat model: one plain decode step, at every batch size")
+    c.add_argument("--verify-ms", type=float,
+                   help="flat model: one verify step (any tree size), at every batch size")
     c.add_argument("--step-ms", type=float, help="linear model: fixed time per forward")
-    c.add_argument("--token-ms", type=float, help="linear model: time per token in a forward")
+    c.add_argument("--token-ms", type=float,
+                   help="linear model: time per query token in a forward (batch x tokens)")
     c.add_argument("--draft-ms", type=float,
                    help="drafting time per serving step (default: measured by the replay; "
                         "0 excludes it)")

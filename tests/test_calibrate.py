@@ -80,3 +80,11 @@ def test_bad_model_dir_is_one_line(tmp_path, capsys):
     code, _ = run(["calibrate", str(tmp_path / "empty"), "--out", str(tmp_path / "c.csv")])
     err = capsys.readouterr().err
     assert code == 2 and "cannot be loaded" in err and err.count("\n") == 1
+
+
+def test_docstring_examples():
+    import doctest
+
+    import ngramspec.calibrate as module  # imports torch only when measuring
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
