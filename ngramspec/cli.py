@@ -1,4 +1,4 @@
-"""``ngramspec simulate``, ``sweep`` and ``calibrate``: will n-gram speculation pay off on my traffic?
+"""``ngramspec simulate``, ``sweep``, ``calibrate``: will n-gram speculation pay off for me?
 
 ``simulate`` replays SGLang's serving loop on recorded streams (default: the corpus shipped
 with the package) and prints tokens per verify step, acceptance by depth and, with a cost

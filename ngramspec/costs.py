@@ -131,7 +131,7 @@ class CostTable:
     >>> t.ms(8, 8)
     Traceback (most recent call last):
     ...
-    ngramspec.costs.CostTableError: cost table has no point for batch=8 (measured batch 1..4); measure it, or allow extrapolation (extrapolate=True, --extrapolate)
+    ngramspec.costs.CostTableError: cost table has no point for batch=8 (measured batch 1..4); ...
     >>> round(CostTable(t.points(), extrapolate=True).ms(8, 8), 4)
     32.6667
     """
@@ -311,8 +311,8 @@ class CostTable:
                 v = int(x[np.argmax(bad)])
                 span = f"{axis[0]}..{axis[-1]}" if axis.size > 1 else f"{axis[0]} only"
                 raise CostTableError(
-                    f"{self.source} has no point for {name}={v} (measured {name} {span}); measure it, or allow "
-                    "extrapolation (extrapolate=True, --extrapolate)")
+                    f"{self.source} has no point for {name}={v} (measured {name} {span}); "
+                    "measure it, or allow extrapolation (extrapolate=True, --extrapolate)")
         if axis.size == 1:
             return np.zeros(x.shape, np.int64), np.zeros(x.shape)
         i = np.clip(np.searchsorted(axis, x, side="right") - 1, 0, axis.size - 2)
