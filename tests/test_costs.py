@@ -6,9 +6,12 @@ import doctest
 import io
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
@@ -426,3 +429,38 @@ def test_sweep_over_concurrency(few, tmp_path):
         assert r["prediction"]["steps"] == want.steps
         assert r["prediction"]["baseline_ms"] == want.baseline_ms
     assert "verdicts" in text and "draft_token_num=4" in text
+
+
+# --- the schedule on arbitrary step counts ------------------------------------------------
+
+@st.composite
+def runs(draw):
+    """Per-request step counts (0: a single output token), ADAPTIVE draft counts per step,
+    baseline lengths >= step counts, and a concurrency."""
+    steps = draw(st.lists(st.integers(0, 6), min_size=1, max_size=12))
+    drafts = [draw(st.lists(st.integers(0, 7), min_size=k, max_size=k)) for k in steps]
+    extra = draw(st.lists(st.integers(0, 5), min_size=len(steps), max_size=len(steps)))
+    c = draw(st.integers(1, 15))
+    return steps, drafts, [k + 1 + (e if k else 0) for k, e in zip(steps, extra)], c
+
+
+@given(runs(), st.sampled_from(["BFS", "ADAPTIVE"]))
+def test_schedule_equals_a_naive_loop_on_any_step_counts(run_, match_type):
+    steps, drafts, out_lens, c = run_
+    result = SimpleNamespace(
+        emitted=[np.ones(k, np.int32) for k in steps],
+        drafts=[np.asarray(d, np.int32) for d in drafts],
+        output_lens=np.asarray(out_lens, np.int64), concurrency=c,
+        config=ns.NgramConfig(match_type=match_type, draft_token_num=8))
+    s = schedule(result)
+    reqs = [{"emitted": [1] * k, "drafts": d} for k, d in zip(steps, drafts)]
+    rows = _written_out(reqs, c, 8, adaptive=match_type == "ADAPTIVE")
+    assert s.batch.tolist() == [len(r) for r, _ in rows]
+    assert s.tokens.tolist() == [n for _, n in rows]
+    base = _written_out([{"emitted": [1] * (n - 1)} for n in out_lens], c, 1)
+    assert s.baseline_batch.tolist() == [len(r) for r, _ in base]
+    # Every request's steps are consecutive from its start, in both runs.
+    for r, k in enumerate(steps):
+        if k:
+            held = [i for i, (run_r, _) in enumerate(rows) if r in run_r]
+            assert held == list(range(s.start[r], s.start[r] + k))
