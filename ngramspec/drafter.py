@@ -89,7 +89,7 @@ class Drafter:
     Examples
     --------
     >>> import ngramspec as ns
-    >>> drafter = ns.Drafter(ns.NgramConfig(draft_token_num=4, capacity=10_000))
+    >>> drafter = ns.Drafter(config=ns.NgramConfig(draft_token_num=4, capacity=10_000))
     >>> drafter.add_request("a", [1, 2, 3, 4, 1, 2, 3], first_token=4)
     >>> d = drafter.propose(["a"])        # nothing inserted yet: prefill does not insert
     >>> int(d.num_drafts[0])
@@ -103,7 +103,7 @@ class Drafter:
     >>> drafter.finish("a")
     """
 
-    def __init__(self, config: NgramConfig | None = None, *, cache: NgramCache | None = None,
+    def __init__(self, *, config: NgramConfig | None = None, cache: NgramCache | None = None,
                  backend: str = "numba") -> None:
         if cache is not None:
             if config is not None:

@@ -169,7 +169,7 @@ def test_drafter_index_prompt_inserts_the_prompt():
     prompt = [5, 6, 7, 8, 9, 10]
     for cfg in (ns.NgramConfig(index_prompt=True, capacity=100),
                 ns.NgramConfig(index_prompt=True, exact_counts=True, capacity=100)):
-        drafter = ns.Drafter(cfg, backend="reference")
+        drafter = ns.Drafter(config=cfg, backend="reference")
         drafter.add_request("r", prompt, 5)
         d = drafter.propose(["r"])  # "... 10 5" then "6 7 8" is in the trie at once
         assert d.tokens[0, :4].tolist() == [5, 6, 7, 8]
@@ -177,7 +177,7 @@ def test_drafter_index_prompt_inserts_the_prompt():
 
 def test_local_index_feeds_the_shared_trie_at_finish():
     cfg = ns.NgramConfig.recommended(capacity=1000)
-    drafter = ns.Drafter(cfg, backend="reference")
+    drafter = ns.Drafter(config=cfg, backend="reference")
     drafter.add_request("a", [1, 2, 3, 4], 5)
     drafter.propose(["a"])
     drafter.accept({"a": [6]})

@@ -310,7 +310,7 @@ def test_random_junk_clear_error_or_correct_result(op, data):
 # Beyond the cache: Drafter, DraftBatch, verification and simulate take the same checks.
 
 def _drafter(backend="numba"):
-    d = ns.Drafter(ns.NgramConfig(**CFG), backend=backend)
+    d = ns.Drafter(config=ns.NgramConfig(**CFG), backend=backend)
     d.add_request("a", [1, 2, 3, 4, 1, 2], 3)
     d.add_request(7, [5, 6], 1)
     return d
@@ -322,7 +322,7 @@ def _drafts():
 
 
 BAD_DRAFTER = [
-    ("Drafter(config=dict)", lambda d: ns.Drafter({"capacity": 40}), TypeError,
+    ("Drafter(config=dict)", lambda d: ns.Drafter(config={"capacity": 40}), TypeError,
      "config must be an NgramConfig"),
     ("Drafter(backend=gpu)", lambda d: ns.Drafter(backend="gpu"), ValueError,
      "backend must be one of"),
@@ -534,3 +534,16 @@ def test_adaptive_local_argument_errors(backend):
     own.insert([[1, 2, 9]])
     assert 9 not in cache.match([[1, 2]]).tokens[0]
     assert 9 in cache.match([[1, 2]], local=[own]).tokens[0]  # its own trie is searched
+
+
+def test_config_is_keyword_only_everywhere():
+    cfg = ns.NgramConfig(**CFG)
+    rows = [{"id": "a", "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 4]}]
+    with pytest.raises(TypeError, match="positional"):
+        ns.Drafter(cfg)
+    with pytest.raises(TypeError, match="positional"):
+        ns.simulate(rows, cfg)
+    with pytest.raises(TypeError, match="positional"):
+        ns.NgramCache(cfg)
+    assert ns.Drafter(config=cfg).config == cfg
+    assert ns.simulate(rows, config=cfg).config == cfg
