@@ -17,13 +17,14 @@ class Simulate:
     def setup(self, match_type, concurrency):
         self.rows = ns.read_streams(embedded_streams_path())
         self.config = ns.NgramConfig(match_type=match_type)
-        ns.simulate(self.rows[:2], self.config)  # compile or load the kernel outside the timing
+        # Compile (or load) the kernel outside the timing.
+        ns.simulate(self.rows[:2], config=self.config)
 
     def time_simulate(self, match_type, concurrency):
-        ns.simulate(self.rows, self.config, concurrency=concurrency)
+        ns.simulate(self.rows, config=self.config, concurrency=concurrency)
 
     def track_output_tokens_per_second(self, match_type, concurrency):
-        return ns.simulate(self.rows, self.config,
+        return ns.simulate(self.rows, config=self.config,
                            concurrency=concurrency).output_tokens_per_second
 
     track_output_tokens_per_second.unit = "tokens/s"

@@ -34,6 +34,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
+from . import _validate as v
 from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
 from .streams import StreamSource, describe_decoding, read_streams
@@ -213,7 +214,7 @@ class SimulationResult:
         >>> import ngramspec as ns
         >>> rows = [{"id": i, "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 1, 2, 3, 4],
         ...          "task": "ab"[i % 2]} for i in range(4)]
-        >>> r = ns.simulate(rows, ns.NgramConfig(capacity=10_000), backend="reference")
+        >>> r = ns.simulate(rows, config=ns.NgramConfig(capacity=10_000), backend="reference")
         >>> {k: round(v.tokens_per_step, 3) for k, v in r.by("task").items()}
         {'a': 3.0, 'b': 6.0}
         """
@@ -253,22 +254,13 @@ class SimulationResult:
 
 
 def _check_args(config: Any, concurrency: Any, backend: Any) -> NgramConfig:
-    if config is None:
-        config = NgramConfig()
-    if not isinstance(config, NgramConfig):
-        raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)):
-        raise TypeError(f"concurrency must be an int >= 1, got {type(concurrency).__name__} "
-                        f"{concurrency!r}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1 (requests decoded together), got "
-                         f"{concurrency}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    config = v.check_config(config)
+    v.as_positive_int(concurrency, "concurrency", "requests decoded together")
+    v.check_backend(backend, BACKENDS)
     return config
 
 
-def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
+def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
              concurrency: int = 1, backend: str = "numba",
              progress: ProgressFn | None = None) -> SimulationResult:
     """Replay SGLang's serving loop with n-gram speculation on recorded greedy streams.
@@ -300,7 +292,7 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
     >>> import ngramspec as ns
     >>> rows = [{"id": "a", "prompt_ids": [7, 1, 2, 3, 4, 5], "output_ids": [1, 2, 3, 4, 5, 6]},
     ...         {"id": "b", "prompt_ids": [9], "output_ids": [1, 2, 3, 4, 5, 6, 8]}]
-    >>> r = ns.simulate(rows, ns.NgramConfig(draft_token_num=4, capacity=10_000))
+    >>> r = ns.simulate(rows, config=ns.NgramConfig(draft_token_num=4, capacity=10_000))
     >>> [e.tolist() for e in r.emitted]     # tokens emitted at each verify step
     [[1, 4], [4, 1, 1]]
     >>> r.summary.verify_steps, r.tokens_per_step
@@ -398,7 +390,7 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
     the config's profile and options) and :func:`~ngramspec.verify_greedy`."""
     from .drafter import Drafter
 
-    drafter = Drafter(config, backend=backend)
+    drafter = Drafter(config=config, backend=backend)
     n_req = len(prompts)
     out_len = [0] * n_req
     emitted: list[list[int]] = [[] for _ in range(n_req)]
