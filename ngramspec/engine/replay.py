@@ -1,77 +1,118 @@
-"""The serving-loop replay as one compiled kernel (SGLang 0.5.23, greedy verification).
+"""The serving-loop replay as one compiled kernel, for every configuration.
 
-``replay_kernel`` runs the loop of :mod:`ngramspec.simulate` over recorded streams with the
-engine's own kernels (``match_anchors``, ``build_bfs``/``build_prob``, ``fill_result``) and,
-for inserts, ``_insert_window``: ``insert_kernel``'s algorithm on the trie's own helpers, with
-two shortcuts that change no result (see its docstring).  All loop state lives in caller-owned
-arrays, so the kernel can stop and be called again with the same arguments to continue:
+:func:`replay` is the engine's one entry point for :func:`ngramspec.simulate`: it takes the
+recorded streams as arrays, allocates every engine array itself, and runs the loop of
+:mod:`ngramspec.simulate` in :func:`replay_kernel`, in chunks (so that progress can be shown and
+the tries can grow between chunks).  What is matched, inserted where and when is exactly what
+:class:`~ngramspec.Drafter` does (its module docstring is the definition), per configuration:
 
-- after ``max_steps`` verify steps (the caller shows progress between chunks);
-- before a step whose inserts could need more node slots than are allocated: the caller grows
-  the trie (``TrieArrays.grow``) and calls again.  A step inserts at most ``batch * D*(D+1)/2``
-  new nodes (every suffix of every window of at most ``D`` tokens), so checking that bound at
-  the top of a step means the inserts never run out of room mid-step.
+- profile ``sglang-0.5.23``: stateful anchors (``match_anchors``) on the last
+  ``max_trie_depth`` tokens; the same windows are inserted after verification, before the
+  emitted tokens are appended;
+- profile ``sglang-0.5.9``: stateless match windows (``window_anchors``) on the last
+  ``max_match_window_size`` tokens; after appending, the last ``branch_length`` tokens are
+  inserted, skipping the shortest ``min_match_window_size`` suffixes;
+- ``BFS``/``PROB`` trees (``build_bfs_scheduled``/``build_prob``), ``ADAPTIVE`` trees
+  (``draft_adaptive``, which may send an empty tree with ``min_expected_accept``);
+- ``index_prompt``: the whole prompt at admission; ``exact_counts``/``local_index``: every
+  n-gram occurrence counted once as its last token arrives (``exact_counts`` without
+  ``local_index``: into the shared trie); ``local_index``: one own trie per concurrency slot,
+  reset at admission and growing on demand, and the shared trie receives the request's whole
+  sequence when it finishes (with ``exact_counts``) or SGLang's windows every step (without).
 
-Greedy verification against a recording: the target's argmax after a slot whose path follows
-the recording is the next recorded token, so walking the tree from the root and taking, at each
-level, the first child in slot order whose token is the next recorded token gives SGLang's
-accepted path (token-0 padding slots included, spec section 5.3); the bonus is the recorded
-token after it.  What the target would predict beyond the end of the recording never matters:
-emitted tokens are cut there.
+Inserts use :func:`_insert`: ``insert_counted_kernel``'s algorithm with two shortcuts that
+change no result (see its docstring).  Greedy verification against a recording: the target's
+argmax after a slot whose path follows the recording is the next recorded token, so walking the
+tree from the root and taking, at each level, the first child in slot order whose token is the
+next recorded token gives SGLang's accepted path (token-0 padding slots included, spec section
+5.3); the bonus is the recorded token after it.  What the target would predict beyond the end of
+the recording never matters: emitted tokens are cut there.
+
+All loop state lives in arrays owned by :func:`replay`, so the kernel can stop and be called
+again to continue: after ``max_steps`` verify steps (PAUSED), or at the top of a serving-loop
+iteration whose inserts could need more node slots than a trie has allocated (NEED_ROOM: the
+wrapper grows that trie; nothing of the iteration has run yet).
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
 import numpy as np
 
 from .._jit import jit
-from .match import match_anchors
-from .tree import build_bfs, build_prob, fill_result
-from .trie import (M_FREETOP, M_GHEAD, M_SIZE, M_UNUSED, _g_push_back, _g_push_front,
-                   _g_unlink, _ht_put, _push_child_front, _squeeze, _unlink_child, child_of)
+from ..config import NgramConfig
+from ..stdorder import HASHTABLE_BUCKET_COUNTS
+from .adaptive import adaptive_scratch, draft_adaptive
+from .match import match_anchors, window_anchors
+from .tree import build_bfs_scheduled, build_prob, fill_result
+from .trie import (M_FREETOP, M_GHEAD, M_SIZE, M_UNUSED, TrieArrays, _g_push_back,
+                   _g_push_front, _g_unlink, _ht_put, _push_child_front, _squeeze,
+                   _unlink_child, child_of)
 
-__all__ = ["replay_kernel", "DONE", "PAUSED", "NEED_ROOM", "L_NEXT", "L_NRUN", "L_STEPS",
-           "L_LEFT", "LOOP_SIZE"]
+__all__ = ["replay", "ReplayOutput"]
 
-# Return codes.
+_BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
+
+# Return codes of the kernel.
 DONE, PAUSED, NEED_ROOM = 0, 1, 2
-# Slots of the int64 ``loop`` state array: next request to admit, requests running, verify
-# steps done, an upper bound of the request-steps still to come (output tokens left).
-L_NEXT, L_NRUN, L_STEPS, L_LEFT = range(4)
-LOOP_SIZE = 4
+# Slots of the int64 ``loop`` state: next request to admit, requests running, verify steps
+# done, output tokens still to emit, node bounds of the admissions and finishes to come,
+# finished requests whose finish inserts are pending, whether evictions in the shared trie
+# were possible at the previous iteration.
+L_NEXT, L_NRUN, L_STEPS, L_LEFT, L_ADMLEFT, L_FINLEFT, L_NFIN, L_GCHECK = range(8)
+LOOP_SIZE = 8
+# Slots of the int64 ``cfg`` array.
+(C_DEPTH, C_MLEN, C_MINB, C_MAXB, C_BUDGET, C_MODE, C_CAP, C_STATEFUL, C_MINW, C_MAXW, C_SKIP,
+ C_WINDOWS, C_EXACT, C_LOCAL, C_FINISH, C_PROMPT, C_CONC) = range(17)
+CFG_SIZE = 17
+MODE_BFS, MODE_PROB, MODE_ADAPTIVE = 0, 1, 2
+
+# Verify steps per compiled chunk between progress reports.
+_CHUNK_STEPS = 4096
+
+ProgressFn = Callable[[int, int], None]
 
 
 @jit
-def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par, freq, ver, c_head,
-                   c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path,
-                   pc_node, pc_ver, pc_start, pc_len):
-    """``insert_kernel`` for one window (every suffix, in order), with two shortcuts that
-    change nothing observable:
+def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, check, trie, path, pc,
+            row):
+    """Insert the suffixes ``i < w - skip`` of ``seq[:w]`` (each at most ``max_depth`` long)
+    in order, as ``insert_counted_kernel`` does: positions ``< count_from`` are touched but not
+    counted.  Two shortcuts change nothing observable:
 
-    - the nodes of the request's previous window are remembered (``pc_*``, with versions):
-      the window moved forward by the tokens emitted, so most n-grams of this window were
-      paths of the previous one and need no hash lookup (a stale node, evicted since, is
-      looked up as usual);
-    - with ``lru`` False the global LRU list is not maintained: the caller has proven that
-      no eviction can happen for the rest of the run, and only eviction reads that list.
-      Without eviction no node goes stale, so ``check`` (the version checks of remembered
-      nodes) is needed only while evictions were still possible at the previous step.
-
-    ``start`` is the absolute position of the window in its request's sequence.
+    - with ``row >= 0`` the nodes of the previous insert of the same kind for that slot are
+      remembered (``pc``, with versions): the sequence moved forward, so most n-grams of this
+      one were paths of the previous one and need no hash lookup (a stale node, evicted since,
+      is looked up as usual).  ``start`` is the absolute position of ``seq`` in its request;
+    - with ``lru`` False the global LRU list is not maintained: the caller has proven that no
+      eviction can happen in this trie for the rest of the run, and only eviction reads that
+      list.  Without eviction no node goes stale, so ``check`` (the version checks of
+      remembered nodes) is needed only while evictions were still possible at the previous
+      step.
     """
-    old_start = pc_start[row]
-    old_len = pc_len[row]
-    for i in range(w):
+    (tok, par, freq, ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val,
+     meta) = trie
+    pc_node, pc_ver, pc_start, pc_len = pc
+    old_start = 0
+    old_len = 0
+    if row >= 0:
+        old_start = pc_start[row]
+        old_len = pc_len[row]
+    known_end = old_len - skip  # the previous insert's suffixes are those before this
+    for i in range(w - skip):
         length = min(w - i, max_depth)
         free_count = capacity - meta[M_SIZE]
         if length > free_count:
             _squeeze(length - free_count, tok, par, ver, c_head, c_next, c_prev, nchild,
                      g_next, g_prev, free, ht_key, ht_val, meta)
         oi = start + i - old_start
-        known = old_len - oi if 0 <= oi < old_len else 0
+        known = min(old_len - oi, max_depth) if 0 <= oi < known_end else 0
         cur = 0
         for k in range(length):
-            t = win[i + k]
+            t = seq[i + k]
             child = -1
             if k < known:
                 cand = pc_node[row, oi, k]
@@ -89,7 +130,7 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par
                 meta[M_SIZE] += 1
                 tok[child] = t
                 par[child] = cur
-                freq[child] = 1
+                freq[child] = 1 if i + k >= count_from else 0
                 c_head[child] = -1
                 nchild[child] = 0
                 _ht_put(ht_key, ht_val, cur, t, child)
@@ -98,7 +139,8 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par
                 if lru:
                     _g_push_back(g_next, g_prev, meta, child)
             else:
-                freq[child] += 1
+                if i + k >= count_from:
+                    freq[child] += 1
                 if c_head[cur] != child:
                     _unlink_child(c_head, c_next, c_prev, cur, child)
                     _push_child_front(c_head, c_next, c_prev, cur, child)
@@ -110,35 +152,86 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par
                 if meta[M_GHEAD] != node:
                     _g_unlink(g_next, g_prev, meta, node)
                     _g_push_front(g_next, g_prev, meta, node)
-        # Remember this suffix's nodes (reads of the old entries above came first: oi >= i).
-        for k in range(length):
-            pc_node[row, i, k] = path[k]
-            if check:
-                pc_ver[row, i, k] = ver[path[k]]
-    pc_start[row] = start
-    pc_len[row] = w
+        if row >= 0:
+            # Remember this suffix's nodes (the reads of old entries came first: oi >= i).
+            for k in range(length):
+                pc_node[row, i, k] = path[k]
+                if check:
+                    pc_ver[row, i, k] = ver[path[k]]
+    if row >= 0:
+        pc_start[row] = start
+        pc_len[row] = w
 
 
 @jit
-def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, max_b, budget,
-                  prob_mode, capacity, tok, par, freq, ver, c_head, c_next, c_prev, nchild,
-                  g_next, g_prev, free, ht_key, ht_val, meta, st_epoch, st_ptl, st_n, st_node,
-                  st_ver, bucket_counts, loop, run_req, run_row, free_rows, out_len, em_off,
-                  em_steps, em_count, em_drafts, pc_node, pc_ver, pc_start, pc_len, max_steps):
+def _gather(p_flat, p_off, o_flat, o_off, r, lo, hi, dst):
+    """Tokens ``lo:hi`` of request ``r``'s prompt + output into ``dst[:hi - lo]``."""
+    plen = p_off[r + 1] - p_off[r]
+    for i in range(lo, hi):
+        if i < plen:
+            dst[i - lo] = p_flat[p_off[r] + i]
+        else:
+            dst[i - lo] = o_flat[o_off[r] + i - plen]
+
+
+@jit
+def _reset_trie(trie):
+    """An empty trie (``TrieArrays.reset`` without the epoch: local tries match statelessly)."""
+    meta = trie[13]
+    meta[M_SIZE] = 1
+    meta[M_GHEAD] = -1
+    meta[2] = -1  # M_GTAIL
+    meta[M_UNUSED] = 1
+    meta[M_FREETOP] = 0
+    trie[4][0] = -1  # c_head of the root
+    trie[7][0] = 0  # nchild of the root
+    trie[11][:] = -1
+    trie[12][:] = -1
+
+
+@jit
+def _in_use(trie):
+    meta = trie[13]
+    return meta[M_UNUSED] - meta[M_FREETOP]
+
+
+@jit
+def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, per_req, out,
+                  need, bucket_counts, max_steps):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
-    emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree); ``em_steps[r]``
-    counts its steps and ``out_len[r]`` its output tokens so far.  ``loop`` holds the next
-    request to admit, the number running, the steps done and the output tokens left;
-    ``pc_*`` the remembered window paths per state row; ``run_req``/``run_row`` the
-    running requests in batch order and their match-state rows; ``free_rows`` (a stack whose
-    size is ``concurrency - loop[L_NRUN]``) the unused state rows.
+    emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree).  NEED_ROOM sets
+    ``need[0]`` (shared trie) or ``need[1 + slot]`` (a slot's own trie) to the node slots that
+    trie must have allocated before the next call.
     """
+    p_flat, p_off, o_flat, o_off = streams
+    loop, run_req, run_row, free_rows, fin_req, l_check = run
+    out_len, adm_shared, adm_local, fin_bound = per_req
+    em_off, em_steps, em_count, em_drafts = out
+    st_epoch, st_ptl, st_n, st_node, st_ver = states
+    (tok, par, freq, ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val,
+     meta) = trie
+    depth = cfg[C_DEPTH]
+    mlen = cfg[C_MLEN]
+    min_b = cfg[C_MINB]
+    max_b = cfg[C_MAXB]
+    budget = cfg[C_BUDGET]
+    mode = cfg[C_MODE]
+    capacity = cfg[C_CAP]
+    stateful = cfg[C_STATEFUL] != 0
+    min_w = cfg[C_MINW]
+    max_w = cfg[C_MAXW]
+    skip = cfg[C_SKIP]
+    windows = cfg[C_WINDOWS] != 0
+    exact = cfg[C_EXACT] != 0
+    local = cfg[C_LOCAL] != 0
+    finish_counts = cfg[C_FINISH] != 0
+    index_prompt = cfg[C_PROMPT] != 0
+    conc = cfg[C_CONC]
     n_req = p_off.size - 1
     n = budget + 1
-    depth = max_depth
-    # Scratch of the match and tree kernels (as in backend._match_batch), allocated once.
+    # Work arrays of the match and tree kernels (as the backend's), allocated once per call.
     scratch = np.empty(depth, np.int32)
     a_nodes = np.empty(depth, np.int32)
     a_depths = np.empty(depth, np.int32)
@@ -152,77 +245,172 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
     q_breadth = np.empty(n + 1, np.float64)
     q_node = np.empty(n + 1, np.int32)
     slot_parent = np.empty(n, np.int32)
-    heap_cap = max_b * depth * (n + 1) + 1
+    heap_cap = max_b * depth * (n + 1) + 1  # the backend's bound (PROB drops beyond it)
     h_p = np.empty(heap_cap, np.float64)
     h_par = np.empty(heap_cap, np.int32)
     h_node = np.empty(heap_cap, np.int32)
     k_node = np.empty(max_b, np.int32)
+    sc = adaptive_scratch(budget, depth)
     out_tokens = np.empty(n, np.int32)
     out_mask = np.empty((n, n), np.bool_)
-    win_flat = np.empty(concurrency * depth, np.int32)
-    win_off = np.zeros(concurrency + 1, np.int64)
-    emitted = np.empty(concurrency, np.int64)
+    out_prob = np.empty(n, np.float64)
+    longest = 1
+    for r in range(n_req):
+        longest = max(longest, p_off[r + 1] - p_off[r] + o_off[r + 1] - o_off[r])
+    seq = np.empty(longest, np.int32)
+    win_flat = np.empty(conc * mlen, np.int32)
+    win_off = np.zeros(conc + 1, np.int64)
+    emitted = np.empty(conc, np.int64)
     path = np.empty(depth, np.int32)
+    bfs_top = max(1, depth - 1) if stateful else max_w
+    bfs_steps = max(1, depth - 1) if stateful else max_w - min_w + 1
+    # Upper bounds of new nodes: a window insert; a counted insert of one step (at most
+    # depth - 1 + n tokens, each suffix at most depth nodes); per output token still to come
+    # (a step emits e >= 1 tokens and counts at most (depth - 1 + e) * depth <= e * depth**2).
     per_window = depth * (depth + 1) // 2
+    per_count = (depth - 1 + n) * depth
+    step_shared = (per_window if windows else 0) + (per_count if exact and not local else 0)
+    token_shared = (per_window if windows else 0) + (depth * depth if exact and not local else 0)
     steps_here = 0
-    checked_lru = True  # whether evictions were possible at the previous step (True: unknown)
     while True:
-        # Admission (prefill): the first output token; prefill neither matches nor inserts.
-        while loop[L_NEXT] < n_req and loop[L_NRUN] < concurrency:
+        if steps_here >= max_steps:
+            return PAUSED
+        # Room for this whole iteration (pending finishes, admissions, the step), checked
+        # before anything of it runs.
+        nrun = loop[L_NRUN]
+        short = False
+        need[:] = 0
+        g_need = 0
+        for f in range(loop[L_NFIN]):
+            g_need += fin_bound[fin_req[f]]
+        k = nrun
+        r = loop[L_NEXT]
+        while r < n_req and k < conc:
+            if o_off[r + 1] - o_off[r] > 1:
+                g_need += adm_shared[r]
+                if local:
+                    row = free_rows[conc - k - 1]
+                    want = 1 + adm_local[r] + per_count
+                    if local_tries[row][0].size < min(capacity, want):
+                        need[1 + row] = want
+                        short = True
+                k += 1
+            r += 1
+        g_need += k * step_shared
+        if local:
+            for b in range(nrun):
+                row = run_row[b]
+                lt = local_tries[row]
+                want = _in_use(lt) + per_count
+                if lt[0].size < min(capacity, want):
+                    need[1 + row] = want
+                    short = True
+        want = _in_use(trie) + g_need
+        if tok.size < min(capacity, want):
+            need[0] = want
+            short = True
+        if short:
+            return NEED_ROOM
+        # Whether the shared trie can still evict before the end of the run.
+        lru = (meta[M_SIZE] + loop[L_LEFT] * token_shared + loop[L_ADMLEFT]
+               + loop[L_FINLEFT] > capacity)
+        g_check = lru or loop[L_GCHECK] != 0
+        loop[L_GCHECK] = 1 if lru else 0
+        # Finish inserts of the requests that finished at the previous step, in batch order:
+        # the shared trie learns the whole request (local_index with exact_counts).
+        for f in range(loop[L_NFIN]):
+            r = fin_req[f]
+            plen = p_off[r + 1] - p_off[r]
+            size = plen + o_off[r + 1] - o_off[r]
+            start = 0 if index_prompt else plen
+            lo = max(0, start - depth + 1)
+            _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
+            _insert(seq, size - lo, lo, 0, start - lo, depth, capacity, lru, g_check, trie, path,
+                    pcc, -1)
+            loop[L_FINLEFT] -= fin_bound[r]
+        loop[L_NFIN] = 0
+        # Admission (prefill): the first output token; prefill neither matches nor inserts
+        # (the options beyond SGLang index the prompt here).
+        while loop[L_NEXT] < n_req and loop[L_NRUN] < conc:
             r = loop[L_NEXT]
             loop[L_NEXT] += 1
             out_len[r] = 1
-            if o_off[r + 1] - o_off[r] > 1:
-                k = loop[L_NRUN]
-                row = free_rows[concurrency - k - 1]
-                st_epoch[row] = 0  # a new request's state always rebuilds
-                st_ptl[row] = 0
-                st_n[row] = 0
-                pc_len[row] = 0  # no remembered window
-                run_req[k] = r
-                run_row[k] = row
-                loop[L_NRUN] = k + 1
+            olen = o_off[r + 1] - o_off[r]
+            if olen <= 1:
+                continue
+            k = loop[L_NRUN]
+            row = free_rows[conc - k - 1]
+            st_epoch[row] = 0  # a new request's state always rebuilds
+            st_ptl[row] = 0
+            st_n[row] = 0
+            pcw[3][row] = 0  # nothing remembered
+            pcc[3][row] = 0
+            run_req[k] = r
+            run_row[k] = row
+            loop[L_NRUN] = k + 1
+            plen = p_off[r + 1] - p_off[r]
+            if exact:
+                start = 0 if index_prompt else plen
+                lo = max(0, start - depth + 1)
+                _gather(p_flat, p_off, o_flat, o_off, r, lo, plen + 1, seq)
+                if local:
+                    lt = local_tries[row]
+                    _reset_trie(lt)
+                    l_check[row] = 1
+                    l_lru = 1 + adm_local[r] + (olen - 1) * depth * depth > capacity
+                    _insert(seq, plen + 1 - lo, lo, 0, start - lo, depth, capacity, l_lru, True,
+                            lt, path, pcc, -1)
+                else:
+                    _insert(seq, plen + 1 - lo, lo, 0, start - lo, depth, capacity, lru,
+                            g_check, trie, path, pcc, -1)
+            elif index_prompt and plen > 0:
+                _gather(p_flat, p_off, o_flat, o_off, r, 0, plen, seq)
+                _insert(seq, plen, 0, 0, 0, depth, capacity, lru, g_check, trie, path, pcc, -1)
+            loop[L_ADMLEFT] -= adm_shared[r]
         nrun = loop[L_NRUN]
         if nrun == 0:
             return DONE
-        if steps_here >= max_steps:
-            return PAUSED
-        if tok.size < capacity and (meta[M_FREETOP] + tok.size - meta[M_UNUSED]
-                                    < nrun * per_window):
-            return NEED_ROOM
-        # Windows: the last max_trie_depth tokens of prompt + output so far, batch order.
+        # Contexts: the last match-length tokens of prompt + output so far, batch order.
         for b in range(nrun):
             r = run_req[b]
-            plen = p_off[r + 1] - p_off[r]
-            total = plen + out_len[r]
-            w = min(total, depth)
-            start = total - w
-            lo = win_off[b]
-            for j in range(w):
-                i = start + j
-                if i < plen:
-                    win_flat[lo + j] = p_flat[p_off[r] + i]
-                else:
-                    win_flat[lo + j] = o_flat[o_off[r] + i - plen]
-            win_off[b + 1] = lo + w
-        # Match and verify each request.
-        for b in range(nrun):
-            r = run_req[b]
-            ctx = win_flat[win_off[b]:win_off[b + 1]]
             total = p_off[r + 1] - p_off[r] + out_len[r]
-            count = match_anchors(ctx, total, run_row[b], depth, ver, nchild, ht_key, ht_val,
-                                  meta, st_epoch, st_ptl, st_n, st_node, st_ver, scratch,
-                                  a_nodes, a_depths)
-            if prob_mode:
-                used = build_prob(a_nodes, count, budget, max_b, tok, freq, c_head, c_next,
-                                  t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order,
-                                  k_node, h_p, h_par, h_node)
+            w = min(total, mlen)
+            lo = win_off[b]
+            _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, win_flat[lo:lo + w])
+            win_off[b + 1] = lo + w
+        # Match, draft and verify each request.
+        for b in range(nrun):
+            r = run_req[b]
+            row = run_row[b]
+            ctx = win_flat[win_off[b]:win_off[b + 1]]
+            if mode == MODE_ADAPTIVE:
+                lt = local_tries[row] if local else trie
+                used = draft_adaptive(ctx, depth, budget, fcfg[0], fcfg[1], fcfg[2], local,
+                                      lt[0], lt[2], lt[4], lt[5], lt[7], lt[11], lt[12], tok,
+                                      freq, c_head, c_next, nchild, ht_key, ht_val,
+                                      bucket_counts, sc, out_tokens, out_mask, out_prob)
+                parents = sc[9]
             else:
-                used = build_bfs(a_nodes, a_depths, count, budget, depth, min_b, max_b, tok,
-                                 c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc,
-                                 bucket_counts, order, q_par, q_breadth, q_node)
-            fill_result(ctx[ctx.size - 1], n, t_tok, t_head, t_next, order, slot_parent,
-                        out_tokens, out_mask)
+                if stateful:
+                    total = p_off[r + 1] - p_off[r] + out_len[r]
+                    count = match_anchors(ctx, total, row, depth, ver, nchild, ht_key, ht_val,
+                                          meta, st_epoch, st_ptl, st_n, st_node, st_ver,
+                                          scratch, a_nodes, a_depths)
+                else:
+                    count = window_anchors(ctx, min_w, max_w, nchild, ht_key, ht_val, a_nodes,
+                                           a_depths)
+                if mode == MODE_PROB:
+                    used = build_prob(a_nodes, count, budget, max_b, tok, freq, c_head, c_next,
+                                      t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order,
+                                      k_node, h_p, h_par, h_node)
+                else:
+                    used = build_bfs_scheduled(a_nodes, a_depths, count, budget, bfs_top,
+                                               bfs_steps, min_b, max_b, tok, c_head, c_next,
+                                               t_tok, t_head, t_next, t_cnt, t_bc,
+                                               bucket_counts, order, q_par, q_breadth, q_node)
+                fill_result(ctx[ctx.size - 1], n, t_tok, t_head, t_next, order, slot_parent,
+                            out_tokens, out_mask)
+                parents = slot_parent
             # Greedy verify along the recording: rec = output[out_len:].
             rec = o_off[r] + out_len[r]
             left = o_off[r + 1] - rec
@@ -232,7 +420,7 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
                 want = o_flat[rec + k]
                 hit = -1
                 for i in range(last + 1, n):  # children of `last`, in slot order
-                    if slot_parent[i] == last and out_tokens[i] == want:
+                    if parents[i] == last and out_tokens[i] == want:
                         hit = i
                         break
                 if hit == -1:
@@ -245,33 +433,264 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
             em_count[at] = e
             em_drafts[at] = used
             em_steps[r] += 1
-        # Insert the same windows, in batch order.  Every request-step to come inserts at
-        # most per_window new nodes: when those cannot fill the trie, nothing will ever be
-        # evicted and the LRU list (read only by eviction) need not be kept.
-        lru = meta[M_SIZE] + loop[L_LEFT] * per_window > capacity
-        check = lru or checked_lru
-        checked_lru = lru
+        # 0.5.23: the windows matched, in batch order, before appending.
+        if windows and stateful:
+            for b in range(nrun):
+                r = run_req[b]
+                lo = win_off[b]
+                w = win_off[b + 1] - lo
+                total = p_off[r + 1] - p_off[r] + out_len[r]
+                _insert(win_flat[lo:lo + w], w, total - w, 0, 0, depth, capacity, lru, g_check,
+                        trie, path, pcw, run_row[b])
+        # Append; exact counting of the new n-grams as they arrive.
         for b in range(nrun):
             r = run_req[b]
-            lo = win_off[b]
-            w = win_off[b + 1] - lo
-            _insert_window(win_flat[lo:lo + w], w, p_off[r + 1] - p_off[r] + out_len[r] - w,
-                           run_row[b], depth, capacity, lru, check, tok, par, freq, ver, c_head,
-                           c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta,
-                           path, pc_node, pc_ver, pc_start, pc_len)
-        # Append; finished requests leave (order kept) and free their state rows.
+            row = run_row[b]
+            before = p_off[r + 1] - p_off[r] + out_len[r]
+            e = emitted[b]
+            if exact:
+                lo = max(0, before - depth + 1)
+                _gather(p_flat, p_off, o_flat, o_off, r, lo, before + e, seq)
+                if local:
+                    lt = local_tries[row]
+                    left = o_off[r + 1] - o_off[r] - out_len[r]
+                    l_lru = lt[13][M_SIZE] + left * depth * depth > capacity
+                    l_ck = l_lru or l_check[row] != 0
+                    l_check[row] = 1 if l_lru else 0
+                    _insert(seq, before + e - lo, lo, 0, before - lo, depth, capacity, l_lru,
+                            l_ck, lt, path, pcc, row)
+                else:
+                    _insert(seq, before + e - lo, lo, 0, before - lo, depth, capacity, lru,
+                            g_check, trie, path, pcc, row)
+            out_len[r] += e
+            loop[L_LEFT] -= e
+        # 0.5.9: after appending, the last branch_length tokens of every request.
+        if windows and not stateful:
+            for b in range(nrun):
+                r = run_req[b]
+                total = p_off[r + 1] - p_off[r] + out_len[r]
+                w = min(total, depth)
+                _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, seq)
+                _insert(seq, w, total - w, skip, 0, depth, capacity, lru, g_check, trie, path,
+                        pcw, run_row[b])
+        # Finished requests leave (order kept) and free their slots; their finish inserts
+        # run at the top of the next iteration, before anything else touches the tries.
         keep = 0
         for b in range(nrun):
             r = run_req[b]
-            out_len[r] += emitted[b]
-            loop[L_LEFT] -= emitted[b]
             if out_len[r] < o_off[r + 1] - o_off[r]:
-                run_req[keep] = run_req[b]
+                run_req[keep] = r
                 run_row[keep] = run_row[b]
                 keep += 1
             else:
-                free_rows[concurrency - loop[L_NRUN]] = run_row[b]
+                free_rows[conc - loop[L_NRUN]] = run_row[b]
                 loop[L_NRUN] -= 1
+                if finish_counts:
+                    fin_req[loop[L_NFIN]] = r
+                    loop[L_NFIN] += 1
         loop[L_NRUN] = keep
         loop[L_STEPS] += 1
         steps_here += 1
+
+
+@dataclass(frozen=True)
+class ReplayOutput:
+    """What :func:`replay` measured.
+
+    Attributes
+    ----------
+    emitted : list of np.ndarray
+        Per request, int32: tokens emitted at each of its verify steps.
+    drafts : list of np.ndarray
+        Per request, int32: real draft nodes in its tree at each verify step.
+    batch_steps : int
+        Serving-loop iterations (one target forward each).
+    draft_seconds : float
+        CPU time of the compiled loop (drafting, inserting, and the verification bookkeeping).
+    wall_seconds : float
+        Wall time of the loop (compiling or loading the kernel excluded).
+    concurrency : int
+        The concurrency used (at most the number of requests).
+    """
+
+    emitted: list[np.ndarray]
+    drafts: list[np.ndarray]
+    batch_steps: int
+    draft_seconds: float
+    wall_seconds: float
+    concurrency: int
+
+
+def _pack(seqs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    off = np.zeros(len(seqs) + 1, np.int64)
+    np.cumsum([s.size for s in seqs], out=off[1:])
+    flat = np.concatenate(seqs) if len(seqs) else np.zeros(0, np.int32)
+    return np.ascontiguousarray(flat, dtype=np.int32), off
+
+
+def _trie_list(tries: list[TrieArrays]):
+    """The slots' own tries as the kernel takes them (a typed list; a list without the JIT)."""
+    import numba
+
+    if numba.config.DISABLE_JIT:
+        return [t.arrays() for t in tries]
+    out = numba.typed.List()
+    for t in tries:
+        out.append(t.arrays())
+    return out
+
+
+def _config_arrays(config: NgramConfig, concurrency: int) -> tuple[np.ndarray, np.ndarray]:
+    cfg = np.zeros(CFG_SIZE, np.int64)
+    exact = config.exact_counts or config.local_index
+    cfg[C_DEPTH] = config.trie_depth
+    cfg[C_MLEN] = config.match_length
+    cfg[C_MINB] = config.min_bfs_breadth
+    cfg[C_MAXB] = config.max_bfs_breadth
+    cfg[C_BUDGET] = config.budget
+    cfg[C_MODE] = {"BFS": MODE_BFS, "PROB": MODE_PROB, "ADAPTIVE": MODE_ADAPTIVE}[
+        config.match_type]
+    cfg[C_CAP] = config.capacity
+    cfg[C_STATEFUL] = config.stateful
+    if not config.stateful:
+        cfg[C_MINW] = config.min_match_window_size
+        cfg[C_MAXW] = config.max_match_window_size
+        cfg[C_SKIP] = config.min_match_window_size
+    cfg[C_WINDOWS] = not exact or (config.local_index and not config.exact_counts)
+    cfg[C_EXACT] = exact
+    cfg[C_LOCAL] = config.local_index
+    cfg[C_FINISH] = config.local_index and config.exact_counts
+    cfg[C_PROMPT] = config.index_prompt
+    cfg[C_CONC] = concurrency
+    fcfg = np.asarray([config.min_token_prob, config.max_spec_factor,
+                       config.min_expected_accept], np.float64)
+    return cfg, fcfg
+
+
+def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config: NgramConfig,
+           *, concurrency: int, progress: ProgressFn | None = None) -> ReplayOutput:
+    """Replay the serving loop of :mod:`ngramspec.simulate` over recorded streams, compiled.
+
+    Parameters
+    ----------
+    prompts, outputs : sequences of 1-D int32 arrays
+        Per request (in admission order), its prompt and recorded greedy output tokens.
+    config : NgramConfig
+        Any configuration (both profiles, every match type and option).
+    concurrency : int
+        Requests decoded together (>= 1); more than the number of requests is clamped to it.
+    progress : callable(done, total), optional
+        Called now and then with output tokens replayed so far and in total.
+
+    Returns
+    -------
+    ReplayOutput
+        Per-request emitted and draft counts, batch steps and timings; equal, step for step,
+        to the :class:`~ngramspec.Drafter` replay of the same configuration.
+    """
+    n_req = len(prompts)
+    if n_req != len(outputs):
+        raise ValueError(f"prompts and outputs differ in length ({n_req} != {len(outputs)})")
+    conc = max(1, min(int(concurrency), max(n_req, 1)))
+    p_flat, p_off = _pack(prompts)
+    o_flat, o_off = _pack(outputs)
+    plen = np.diff(p_off)
+    olen = np.diff(o_off)
+    depth = config.trie_depth
+    n = config.draft_token_num
+    exact = config.exact_counts or config.local_index
+    cfg, fcfg = _config_arrays(config, conc)
+    admitted = olen > 1
+    # Node bounds of the inserts at admission and at finish, per request (see the kernel).
+    start = plen if not config.index_prompt else np.zeros_like(plen)
+    count_len = plen + 1 - np.maximum(0, start - depth + 1)
+    adm_local = np.where(admitted, count_len * depth, 0) if config.local_index else \
+        np.zeros(n_req, np.int64)
+    if exact and not config.local_index:
+        adm_shared = np.where(admitted, count_len * depth, 0)
+    elif config.index_prompt and not exact:
+        adm_shared = np.where(admitted, plen * depth, 0)
+    else:
+        adm_shared = np.zeros(n_req, np.int64)
+    if config.local_index and config.exact_counts:
+        fin = np.where(admitted, (plen + olen - np.maximum(0, start - depth + 1)) * depth, 0)
+    else:
+        fin = np.zeros(n_req, np.int64)
+    adm_shared = np.ascontiguousarray(adm_shared, np.int64)
+    adm_local = np.ascontiguousarray(adm_local, np.int64)
+    fin = np.ascontiguousarray(fin, np.int64)
+
+    trie = TrieArrays(config.capacity)
+    local = ([TrieArrays(config.capacity) for _ in range(conc)] if config.local_index
+             else [TrieArrays(2, initial=2)])
+    local_list = _trie_list(local)
+    rows = conc
+    states = (np.zeros(rows, np.int64), np.zeros(rows, np.int64), np.zeros(rows, np.int32),
+              np.full((rows, depth), -1, np.int32), np.zeros((rows, depth), np.int64))
+    windows = bool(cfg[C_WINDOWS])
+
+    def remembered(r: int, width: int, on: bool):
+        shape = (r, width, depth) if on else (1, 1, 1)
+        return (np.zeros(shape, np.int32), np.zeros(shape, np.int64), np.zeros(rows, np.int64),
+                np.zeros(rows, np.int64))
+
+    pcw = remembered(rows, depth, windows)
+    pcc = remembered(rows, depth - 1 + n, exact)
+    loop = np.zeros(LOOP_SIZE, np.int64)
+    loop[L_LEFT] = int(np.maximum(olen - 1, 0).sum())
+    loop[L_ADMLEFT] = int(adm_shared.sum())
+    loop[L_FINLEFT] = int(fin.sum())
+    loop[L_GCHECK] = 1
+    run = (loop, np.zeros(conc, np.int64), np.zeros(conc, np.int64),
+           np.arange(conc - 1, -1, -1, dtype=np.int64), np.zeros(conc, np.int64),
+           np.ones(conc, np.int64))
+    out_len = np.zeros(n_req, np.int64)
+    per_req = (out_len, adm_shared, adm_local, fin)
+    # Request r has at most len(output) - 1 verify steps (each emits at least one token).
+    em_off = np.zeros(n_req + 1, np.int64)
+    np.cumsum(np.maximum(olen - 1, 0), out=em_off[1:])
+    em_steps = np.zeros(n_req, np.int64)
+    em_count = np.zeros(int(em_off[-1]), np.int32)
+    em_drafts = np.zeros(int(em_off[-1]), np.int32)
+    out = (em_off, em_steps, em_count, em_drafts)
+    need = np.zeros(conc + 1, np.int64)
+    streams = (p_flat, p_off, o_flat, o_off)
+    total_tokens = int(o_off[-1])
+    chunk = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
+    first = True  # the first call runs nothing (max_steps 0): it compiles or loads the kernel
+    cpu = wall = 0.0
+    while True:
+        c0 = time.thread_time()
+        w0 = time.perf_counter()
+        code = replay_kernel(streams, cfg, fcfg, trie.arrays(), local_list, states, pcw, pcc,
+                             run, per_req, out, need, _BUCKET_COUNTS, 0 if first else chunk)
+        if first:
+            first = False
+        else:
+            cpu += time.thread_time() - c0
+            wall += time.perf_counter() - w0
+        if code == DONE:
+            break
+        if code == NEED_ROOM:
+            w0 = time.perf_counter()
+            _grow(trie, int(need[0]))
+            for s in np.flatnonzero(need[1:]):
+                _grow(local[s], int(need[1 + s]))
+                local_list[s] = local[s].arrays()
+            wall += time.perf_counter() - w0
+        elif code == PAUSED:
+            if progress is not None:
+                progress(int(out_len.sum()), total_tokens)
+        else:
+            raise AssertionError(f"replay kernel failed with code {code}")
+    if progress is not None:
+        progress(total_tokens, total_tokens)
+    emitted = [em_count[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
+    drafts = [em_drafts[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
+    return ReplayOutput(emitted, drafts, int(loop[L_STEPS]), cpu, wall, conc)
+
+
+def _grow(trie: TrieArrays, want: int) -> None:
+    """Grow until ``want`` node slots are allocated (or the trie reached its capacity)."""
+    while trie.alloc < min(trie.capacity, want):
+        trie.grow()
