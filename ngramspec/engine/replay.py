@@ -59,11 +59,10 @@ _BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 # Return codes of the kernel.
 DONE, PAUSED, NEED_ROOM = 0, 1, 2
 # Slots of the int64 ``loop`` state: next request to admit, requests running, verify steps
-# done, output tokens still to emit, node bounds of the admissions and finishes to come,
-# finished requests whose finish inserts are pending, whether evictions in the shared trie
-# were possible at the previous iteration.
-L_NEXT, L_NRUN, L_STEPS, L_LEFT, L_ADMLEFT, L_FINLEFT, L_NFIN, L_GCHECK = range(8)
-LOOP_SIZE = 8
+# done, finished requests whose finish inserts are pending, whether the shared trie keeps its
+# LRU as a list (else as touch stamps, see _insert), its touch clock.
+L_NEXT, L_NRUN, L_STEPS, L_NFIN, L_GLIST, L_GCLOCK = range(6)
+LOOP_SIZE = 6
 # Slots of the int64 ``cfg`` array.
 (C_DEPTH, C_MLEN, C_MINB, C_MAXB, C_BUDGET, C_MODE, C_CAP, C_STATEFUL, C_MINW, C_MAXW, C_SKIP,
  C_WINDOWS, C_EXACT, C_LOCAL, C_FINISH, C_PROMPT, C_CONC) = range(17)
@@ -77,21 +76,23 @@ ProgressFn = Callable[[int, int], None]
 
 
 @jit
-def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, check, trie, path, pc,
+def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, clock, trie, path, pc,
             row):
     """Insert the suffixes ``i < w - skip`` of ``seq[:w]`` (each at most ``max_depth`` long)
     in order, as ``insert_counted_kernel`` does: positions ``< count_from`` are touched but not
-    counted.  Two shortcuts change nothing observable:
+    counted.  Returns the trie's touch clock.  Two shortcuts change nothing observable:
 
     - with ``row >= 0`` the nodes of the previous insert of the same kind for that slot are
-      remembered (``pc``, with versions): the sequence moved forward, so most n-grams of this
-      one were paths of the previous one and need no hash lookup (a stale node, evicted since,
-      is looked up as usual).  ``start`` is the absolute position of ``seq`` in its request;
-    - with ``lru`` False the global LRU list is not maintained: the caller has proven that no
-      eviction can happen in this trie for the rest of the run, and only eviction reads that
-      list.  Without eviction no node goes stale, so ``check`` (the version checks of
-      remembered nodes) is needed only while evictions were still possible at the previous
-      step.
+      remembered (``pc``, with versions while the trie can evict): the sequence moved forward,
+      so most n-grams of this one were paths of the previous one and need no hash lookup (a
+      stale node, evicted since, is looked up as usual).  ``start`` is the absolute position
+      of ``seq`` in its request;
+    - the global LRU list (read only by eviction) is kept as a list only with ``lru`` True,
+      which the caller sets from the first insert that could evict on.  Before that each touch
+      writes the ``clock`` into the node's LRU links instead (two int32 halves, see
+      :func:`_stamp`); :func:`_build_lru` turns those stamps into the very list the linked
+      moves would have made (a touch moves a node to the front).  Without eviction no node
+      goes stale, so remembered nodes need version checks only with ``lru`` True.
     """
     (tok, par, freq, ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val,
      meta) = trie
@@ -116,7 +117,7 @@ def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, check, tr
             child = -1
             if k < known:
                 cand = pc_node[row, oi, k]
-                if not check or ver[cand] == pc_ver[row, oi, k]:
+                if not lru or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
             if child == -1:
                 child = child_of(ht_key, ht_val, cur, t)
@@ -152,15 +153,53 @@ def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, check, tr
                 if meta[M_GHEAD] != node:
                     _g_unlink(g_next, g_prev, meta, node)
                     _g_push_front(g_next, g_prev, meta, node)
+        else:
+            for k in range(length - 1, -1, -1):
+                clock += 1
+                _stamp(g_next, g_prev, path[k], clock)
         if row >= 0:
             # Remember this suffix's nodes (the reads of old entries came first: oi >= i).
             for k in range(length):
                 pc_node[row, i, k] = path[k]
-                if check:
+                if lru:
                     pc_ver[row, i, k] = ver[path[k]]
     if row >= 0:
         pc_start[row] = start
         pc_len[row] = w
+    return clock
+
+
+@jit
+def _stamp(g_next, g_prev, node, clock):
+    """The node's last touch, ``clock`` (< 2**62), in its two int32 LRU links."""
+    g_next[node] = clock >> 31
+    g_prev[node] = clock & 0x7FFFFFFF
+
+
+@jit
+def _build_lru(trie):
+    """The global LRU list from the touch stamps (front: the latest touch).  Every slot below
+    ``M_UNUSED`` but the root holds a live node: nothing was freed before the first eviction."""
+    g_next, g_prev, meta = trie[8], trie[9], trie[13]
+    used = meta[M_UNUSED]
+    stamps = np.empty(used - 1, np.int64)
+    for v in range(1, used):
+        stamps[v - 1] = (np.int64(g_next[v]) << 31) | np.int64(g_prev[v])
+    order = np.argsort(stamps)  # oldest first: the back of the list
+    prev = -1
+    for j in range(used - 2, -1, -1):
+        v = order[j] + 1
+        g_prev[v] = prev
+        if prev == -1:
+            meta[M_GHEAD] = v
+        else:
+            g_next[prev] = v
+        prev = v
+    if prev == -1:
+        meta[M_GHEAD] = -1
+    else:
+        g_next[prev] = -1
+    meta[2] = prev  # M_GTAIL
 
 
 @jit
@@ -206,7 +245,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
     trie must have allocated before the next call.
     """
     p_flat, p_off, o_flat, o_off = streams
-    loop, run_req, run_row, free_rows, fin_req, l_check = run
+    loop, run_req, run_row, free_rows, fin_req, l_list, l_clock = run
     out_len, adm_shared, adm_local, fin_bound = per_req
     em_off, em_steps, em_count, em_drafts = out
     st_epoch, st_ptl, st_n, st_node, st_ver = states
@@ -265,12 +304,10 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
     bfs_top = max(1, depth - 1) if stateful else max_w
     bfs_steps = max(1, depth - 1) if stateful else max_w - min_w + 1
     # Upper bounds of new nodes: a window insert; a counted insert of one step (at most
-    # depth - 1 + n tokens, each suffix at most depth nodes); per output token still to come
-    # (a step emits e >= 1 tokens and counts at most (depth - 1 + e) * depth <= e * depth**2).
+    # depth - 1 + n tokens, each suffix at most depth nodes).
     per_window = depth * (depth + 1) // 2
     per_count = (depth - 1 + n) * depth
     step_shared = (per_window if windows else 0) + (per_count if exact and not local else 0)
-    token_shared = (per_window if windows else 0) + (depth * depth if exact and not local else 0)
     steps_here = 0
     while True:
         if steps_here >= max_steps:
@@ -311,11 +348,16 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
             short = True
         if short:
             return NEED_ROOM
-        # Whether the shared trie can still evict before the end of the run.
-        lru = (meta[M_SIZE] + loop[L_LEFT] * token_shared + loop[L_ADMLEFT]
-               + loop[L_FINLEFT] > capacity)
-        g_check = lru or loop[L_GCHECK] != 0
-        loop[L_GCHECK] = 1 if lru else 0
+        # From the first iteration whose inserts could evict on, the shared trie keeps its LRU
+        # list (and versions of remembered nodes: forget those remembered without).
+        if loop[L_GLIST] == 0 and meta[M_SIZE] + g_need > capacity:
+            _build_lru(trie)
+            loop[L_GLIST] = 1
+            pcw[3][:] = 0
+            if not local:
+                pcc[3][:] = 0
+        lru = loop[L_GLIST] != 0
+        clock = loop[L_GCLOCK]
         # Finish inserts of the requests that finished at the previous step, in batch order:
         # the shared trie learns the whole request (local_index with exact_counts).
         for f in range(loop[L_NFIN]):
@@ -325,9 +367,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
             start = 0 if index_prompt else plen
             lo = max(0, start - depth + 1)
             _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
-            _insert(seq, size - lo, lo, 0, start - lo, depth, capacity, lru, g_check, trie, path,
-                    pcc, -1)
-            loop[L_FINLEFT] -= fin_bound[r]
+            clock = _insert(seq, size - lo, lo, 0, start - lo, depth, capacity, lru, clock, trie,
+                            path, pcc, -1)
         loop[L_NFIN] = 0
         # Admission (prefill): the first output token; prefill neither matches nor inserts
         # (the options beyond SGLang index the prompt here).
@@ -355,18 +396,18 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 _gather(p_flat, p_off, o_flat, o_off, r, lo, plen + 1, seq)
                 if local:
                     lt = local_tries[row]
-                    _reset_trie(lt)
-                    l_check[row] = 1
-                    l_lru = 1 + adm_local[r] + (olen - 1) * depth * depth > capacity
-                    _insert(seq, plen + 1 - lo, lo, 0, start - lo, depth, capacity, l_lru, True,
-                            lt, path, pcc, -1)
+                    _reset_trie(lt)  # an empty LRU list: list or stamps from here
+                    l_list[row] = 1 if 1 + adm_local[r] > capacity else 0
+                    l_clock[row] = _insert(seq, plen + 1 - lo, lo, 0, start - lo, depth,
+                                           capacity, l_list[row] != 0, 0, lt, path, pcc, -1)
                 else:
-                    _insert(seq, plen + 1 - lo, lo, 0, start - lo, depth, capacity, lru,
-                            g_check, trie, path, pcc, -1)
+                    clock = _insert(seq, plen + 1 - lo, lo, 0, start - lo, depth, capacity, lru,
+                                    clock, trie, path, pcc, -1)
             elif index_prompt and plen > 0:
                 _gather(p_flat, p_off, o_flat, o_off, r, 0, plen, seq)
-                _insert(seq, plen, 0, 0, 0, depth, capacity, lru, g_check, trie, path, pcc, -1)
-            loop[L_ADMLEFT] -= adm_shared[r]
+                clock = _insert(seq, plen, 0, 0, 0, depth, capacity, lru, clock, trie, path, pcc,
+                                -1)
+        loop[L_GCLOCK] = clock
         nrun = loop[L_NRUN]
         if nrun == 0:
             return DONE
@@ -440,8 +481,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 lo = win_off[b]
                 w = win_off[b + 1] - lo
                 total = p_off[r + 1] - p_off[r] + out_len[r]
-                _insert(win_flat[lo:lo + w], w, total - w, 0, 0, depth, capacity, lru, g_check,
-                        trie, path, pcw, run_row[b])
+                clock = _insert(win_flat[lo:lo + w], w, total - w, 0, 0, depth, capacity, lru,
+                                clock, trie, path, pcw, run_row[b])
         # Append; exact counting of the new n-grams as they arrive.
         for b in range(nrun):
             r = run_req[b]
@@ -453,17 +494,17 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 _gather(p_flat, p_off, o_flat, o_off, r, lo, before + e, seq)
                 if local:
                     lt = local_tries[row]
-                    left = o_off[r + 1] - o_off[r] - out_len[r]
-                    l_lru = lt[13][M_SIZE] + left * depth * depth > capacity
-                    l_ck = l_lru or l_check[row] != 0
-                    l_check[row] = 1 if l_lru else 0
-                    _insert(seq, before + e - lo, lo, 0, before - lo, depth, capacity, l_lru,
-                            l_ck, lt, path, pcc, row)
+                    if l_list[row] == 0 and lt[13][M_SIZE] + per_count > capacity:
+                        _build_lru(lt)
+                        l_list[row] = 1
+                        pcc[3][row] = 0
+                    l_clock[row] = _insert(seq, before + e - lo, lo, 0, before - lo, depth,
+                                           capacity, l_list[row] != 0, l_clock[row], lt, path,
+                                           pcc, row)
                 else:
-                    _insert(seq, before + e - lo, lo, 0, before - lo, depth, capacity, lru,
-                            g_check, trie, path, pcc, row)
+                    clock = _insert(seq, before + e - lo, lo, 0, before - lo, depth, capacity,
+                                    lru, clock, trie, path, pcc, row)
             out_len[r] += e
-            loop[L_LEFT] -= e
         # 0.5.9: after appending, the last branch_length tokens of every request.
         if windows and not stateful:
             for b in range(nrun):
@@ -471,8 +512,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 total = p_off[r + 1] - p_off[r] + out_len[r]
                 w = min(total, depth)
                 _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, seq)
-                _insert(seq, w, total - w, skip, 0, depth, capacity, lru, g_check, trie, path,
-                        pcw, run_row[b])
+                clock = _insert(seq, w, total - w, skip, 0, depth, capacity, lru, clock, trie,
+                                path, pcw, run_row[b])
         # Finished requests leave (order kept) and free their slots; their finish inserts
         # run at the top of the next iteration, before anything else touches the tries.
         keep = 0
@@ -490,6 +531,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                     loop[L_NFIN] += 1
         loop[L_NRUN] = keep
         loop[L_STEPS] += 1
+        loop[L_GCLOCK] = clock
         steps_here += 1
 
 
@@ -637,13 +679,9 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     pcw = remembered(rows, depth, windows)
     pcc = remembered(rows, depth - 1 + n, exact)
     loop = np.zeros(LOOP_SIZE, np.int64)
-    loop[L_LEFT] = int(np.maximum(olen - 1, 0).sum())
-    loop[L_ADMLEFT] = int(adm_shared.sum())
-    loop[L_FINLEFT] = int(fin.sum())
-    loop[L_GCHECK] = 1
     run = (loop, np.zeros(conc, np.int64), np.zeros(conc, np.int64),
            np.arange(conc - 1, -1, -1, dtype=np.int64), np.zeros(conc, np.int64),
-           np.ones(conc, np.int64))
+           np.zeros(conc, np.int64), np.zeros(conc, np.int64))
     out_len = np.zeros(n_req, np.int64)
     per_req = (out_len, adm_shared, adm_local, fin)
     # Request r has at most len(output) - 1 verify steps (each emits at least one token).
