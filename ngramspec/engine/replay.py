@@ -112,6 +112,7 @@ def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, clock, tr
         oi = start + i - old_start
         known = min(old_len - oi, max_depth) if 0 <= oi < known_end else 0
         cur = 0
+        fresh = False  # below a node created just now there is nothing to look up
         for k in range(length):
             t = seq[i + k]
             child = -1
@@ -119,7 +120,7 @@ def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, clock, tr
                 cand = pc_node[row, oi, k]
                 if not lru or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
-            if child == -1:
+            if child == -1 and not fresh:
                 child = child_of(ht_key, ht_val, cur, t)
             if child == -1:
                 if meta[M_FREETOP] > 0:
@@ -139,6 +140,7 @@ def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, clock, tr
                 nchild[cur] += 1
                 if lru:
                     _g_push_back(g_next, g_prev, meta, child)
+                fresh = True
             else:
                 if i + k >= count_from:
                     freq[child] += 1
