@@ -13,7 +13,7 @@ the tries can grow between chunks).  What is matched, inserted where and when is
   ``max_match_window_size`` tokens; after appending, the last ``branch_length`` tokens are
   inserted, skipping the shortest ``min_match_window_size`` suffixes;
 - ``BFS``/``PROB`` trees (``build_bfs_scheduled``/``build_prob``), ``ADAPTIVE`` trees
-  (``draft_adaptive``, which may send an empty tree with ``min_expected_accept``);
+  (``draft_tree``, which may send an empty tree with ``min_expected_accept``);
 - ``index_prompt``: the whole prompt at admission; ``exact_counts``/``local_index``: every
   n-gram occurrence counted once as its last token arrives (``exact_counts`` without
   ``local_index``: into the shared trie); ``local_index``: one own trie per concurrency slot,
@@ -45,12 +45,12 @@ import numpy as np
 from .._jit import jit
 from ..config import NgramConfig
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
-from .adaptive import adaptive_scratch, draft_adaptive
-from .match import match_anchors, window_anchors
-from .tree import build_bfs_scheduled, build_prob, fill_result
-from .trie import (M_FREETOP, M_GHEAD, M_SIZE, M_UNUSED, TrieArrays, _g_push_back,
-                   _g_push_front, _g_unlink, _ht_put, _push_child_front, _squeeze,
-                   _unlink_child, child_of)
+from .adaptive import adaptive_scratch, draft_tree
+from .match import States, match_anchors, new_states, window_anchors
+from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
+from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
+                   TrieArrays, _g_push_back, _g_push_front, _g_unlink, _ht_put,
+                   _push_child_front, _unlink_child, child_of, squeeze)
 
 __all__ = ["replay", "ReplayOutput"]
 
@@ -76,9 +76,9 @@ ProgressFn = Callable[[int, int], None]
 
 
 @jit
-def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, clock, trie, path, pc,
-            row):
-    """Insert the suffixes ``i < w - skip`` of ``seq[:w]`` (each at most ``max_depth`` long)
+def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, path, pc, row):
+    """Insert the suffixes ``i < w - skip`` of ``seq`` (``w`` tokens; each suffix at most
+    ``max_depth`` long) into the named trie ``t``
     in order, as ``insert_counted_kernel`` does: positions ``< count_from`` are touched but not
     counted.  Returns the trie's touch clock.  Two shortcuts change nothing observable:
 
@@ -94,9 +94,11 @@ def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, clock, tr
       moves would have made (a touch moves a node to the front).  Without eviction no node
       goes stale, so remembered nodes need version checks only with ``lru`` True.
     """
-    (tok, par, freq, ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val,
-     meta) = trie
+    tok, par, freq, ver, c_head, c_next, c_prev = (t.tok, t.par, t.freq, t.ver, t.c_head,
+                                                   t.c_next, t.c_prev)
+    g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
     pc_node, pc_ver, pc_start, pc_len = pc
+    w = seq.size
     old_start = 0
     old_len = 0
     if row >= 0:
@@ -107,37 +109,35 @@ def _insert(seq, w, start, skip, count_from, max_depth, capacity, lru, clock, tr
         length = min(w - i, max_depth)
         free_count = capacity - meta[M_SIZE]
         if length > free_count:
-            _squeeze(length - free_count, tok, par, ver, c_head, c_next, c_prev, nchild,
-                     g_next, g_prev, free, ht_key, ht_val, meta)
+            squeeze(t, length - free_count)
         oi = start + i - old_start
         known = min(old_len - oi, max_depth) if 0 <= oi < known_end else 0
         cur = 0
         fresh = False  # below a node created just now there is nothing to look up
         for k in range(length):
-            t = seq[i + k]
+            tk = seq[i + k]
             child = -1
             if k < known:
                 cand = pc_node[row, oi, k]
                 if not lru or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
             if child == -1 and not fresh:
-                child = child_of(ht_key, ht_val, cur, t)
+                child = child_of(ht, par, tok, cur, tk)
             if child == -1:
                 if meta[M_FREETOP] > 0:
                     meta[M_FREETOP] -= 1
-                    child = free[meta[M_FREETOP]]
+                    child = meta[M_FREEHEAD]
+                    meta[M_FREEHEAD] = g_next[child]
                 else:
                     child = meta[M_UNUSED]
                     meta[M_UNUSED] += 1
                 meta[M_SIZE] += 1
-                tok[child] = t
+                tok[child] = tk
                 par[child] = cur
                 freq[child] = 1 if i + k >= count_from else 0
                 c_head[child] = -1
-                nchild[child] = 0
-                _ht_put(ht_key, ht_val, cur, t, child)
+                _ht_put(ht, cur, tk, child)
                 _push_child_front(c_head, c_next, c_prev, cur, child)
-                nchild[cur] += 1
                 if lru:
                     _g_push_back(g_next, g_prev, meta, child)
                 fresh = True
@@ -179,10 +179,10 @@ def _stamp(g_next, g_prev, node, clock):
 
 
 @jit
-def _build_lru(trie):
+def _build_lru(t):
     """The global LRU list from the touch stamps (front: the latest touch).  Every slot below
     ``M_UNUSED`` but the root holds a live node: nothing was freed before the first eviction."""
-    g_next, g_prev, meta = trie[8], trie[9], trie[13]
+    g_next, g_prev, meta = t.g_next, t.g_prev, t.meta
     used = meta[M_UNUSED]
     stamps = np.empty(used - 1, np.int64)
     for v in range(1, used):
@@ -201,7 +201,7 @@ def _build_lru(trie):
         meta[M_GHEAD] = -1
     else:
         g_next[prev] = -1
-    meta[2] = prev  # M_GTAIL
+    meta[M_GTAIL] = prev
 
 
 @jit
@@ -216,30 +216,38 @@ def _gather(p_flat, p_off, o_flat, o_off, r, lo, hi, dst):
 
 
 @jit
-def _reset_trie(trie):
+def _reset_trie(t):
     """An empty trie (``TrieArrays.reset`` without the epoch: local tries match statelessly)."""
-    meta = trie[13]
+    meta = t.meta
     meta[M_SIZE] = 1
     meta[M_GHEAD] = -1
-    meta[2] = -1  # M_GTAIL
+    meta[M_GTAIL] = -1
+    meta[M_FREEHEAD] = -1
     meta[M_UNUSED] = 1
     meta[M_FREETOP] = 0
-    trie[4][0] = -1  # c_head of the root
-    trie[7][0] = 0  # nchild of the root
-    trie[11][:] = -1
-    trie[12][:] = -1
+    t.c_head[0] = -1
+    t.ht[:] = -1
 
 
 @jit
-def _in_use(trie):
-    meta = trie[13]
-    return meta[M_UNUSED] - meta[M_FREETOP]
+def _in_use(t):
+    return t.meta[M_UNUSED] - t.meta[M_FREETOP]
 
 
 @jit
-def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, per_req, out,
-                  need, bucket_counts, max_steps):
+def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run, per_req, out,
+                  bucket_counts, max_steps):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
+
+    ``trie``: the shared trie's plain bundle; ``local_tries``: a (typed) list of the slots' own
+    tries' bundles; ``states``: a plain :data:`~.match.States`; ``remembered``: the remembered
+    paths of window inserts and of counted inserts, ``(pc_node, pc_ver, pc_start, pc_len)``
+    each, per slot; ``run``: the loop state (``loop`` with the ``L_*`` slots, the running
+    requests ``run_req`` and their slots ``run_row`` in batch order, the free slots
+    ``free_rows``, the finished requests ``fin_req`` whose finish inserts are pending, per slot
+    ``l_list``/``l_clock`` (its own trie's LRU mode and touch clock) and ``need``); ``per_req``:
+    ``out_len`` and the node bounds ``adm_shared``/``adm_local``/``fin_bound`` of each
+    request's inserts at admission and finish; ``out``: the per-step record.
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
     emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree).  NEED_ROOM sets
@@ -247,12 +255,13 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
     trie must have allocated before the next call.
     """
     p_flat, p_off, o_flat, o_off = streams
-    loop, run_req, run_row, free_rows, fin_req, l_list, l_clock = run
+    loop, run_req, run_row, free_rows, fin_req, l_list, l_clock, need = run
     out_len, adm_shared, adm_local, fin_bound = per_req
     em_off, em_steps, em_count, em_drafts = out
-    st_epoch, st_ptl, st_n, st_node, st_ver = states
-    (tok, par, freq, ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val,
-     meta) = trie
+    pcw, pcc = remembered
+    t = Trie(*trie)
+    st = States(*states)
+    tok, meta = t.tok, t.meta
     depth = cfg[C_DEPTH]
     mlen = cfg[C_MLEN]
     min_b = cfg[C_MINB]
@@ -272,26 +281,10 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
     conc = cfg[C_CONC]
     n_req = p_off.size - 1
     n = budget + 1
-    # Work arrays of the match and tree kernels (as the backend's), allocated once per call.
-    scratch = np.empty(depth, np.int32)
-    a_nodes = np.empty(depth, np.int32)
-    a_depths = np.empty(depth, np.int32)
-    t_tok = np.empty(n, np.int32)
-    t_head = np.empty(n, np.int32)
-    t_next = np.empty(n, np.int32)
-    t_cnt = np.empty(n, np.int32)
-    t_bc = np.empty(n, np.int64)
-    order = np.empty(n, np.int32)
-    q_par = np.empty(n + 1, np.int32)
-    q_breadth = np.empty(n + 1, np.float64)
-    q_node = np.empty(n + 1, np.int32)
-    slot_parent = np.empty(n, np.int32)
-    heap_cap = max_b * depth * (n + 1) + 1  # the backend's bound (PROB drops beyond it)
-    h_p = np.empty(heap_cap, np.float64)
-    h_par = np.empty(heap_cap, np.int32)
-    h_node = np.empty(heap_cap, np.int32)
-    k_node = np.empty(max_b, np.int32)
-    sc = adaptive_scratch(budget, depth)
+    # Work arrays of the match and tree kernels (the backend's), allocated once per call.
+    sc = new_scratch(budget, depth, max_b)
+    asc = adaptive_scratch(budget, depth)
+    a_params = (depth, budget, fcfg[0], fcfg[1], fcfg[2])
     out_tokens = np.empty(n, np.int32)
     out_mask = np.empty((n, n), np.bool_)
     out_prob = np.empty(n, np.float64)
@@ -330,7 +323,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 if local:
                     row = free_rows[conc - k - 1]
                     want = 1 + adm_local[r] + per_count
-                    if local_tries[row][0].size < min(capacity, want):
+                    if local_tries[row][0].size < min(capacity, want):  # [0]: tok
                         need[1 + row] = want
                         short = True
                 k += 1
@@ -339,12 +332,12 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
         if local:
             for b in range(nrun):
                 row = run_row[b]
-                lt = local_tries[row]
+                lt = Trie(*local_tries[row])
                 want = _in_use(lt) + per_count
-                if lt[0].size < min(capacity, want):
+                if lt.tok.size < min(capacity, want):
                     need[1 + row] = want
                     short = True
-        want = _in_use(trie) + g_need
+        want = _in_use(t) + g_need
         if tok.size < min(capacity, want):
             need[0] = want
             short = True
@@ -353,7 +346,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
         # From the first iteration whose inserts could evict on, the shared trie keeps its LRU
         # list (and versions of remembered nodes: forget those remembered without).
         if loop[L_GLIST] == 0 and meta[M_SIZE] + g_need > capacity:
-            _build_lru(trie)
+            _build_lru(t)
             loop[L_GLIST] = 1
             pcw[3][:] = 0
             if not local:
@@ -369,7 +362,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
             start = 0 if index_prompt else plen
             lo = max(0, start - depth + 1)
             _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
-            clock = _insert(seq, size - lo, lo, 0, start - lo, depth, capacity, lru, clock, trie,
+            clock = _insert(seq[:size - lo], lo, 0, start - lo, depth, capacity, lru, clock, t,
                             path, pcc, -1)
         loop[L_NFIN] = 0
         # Admission (prefill): the first output token; prefill neither matches nor inserts
@@ -383,9 +376,9 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 continue
             k = loop[L_NRUN]
             row = free_rows[conc - k - 1]
-            st_epoch[row] = 0  # a new request's state always rebuilds
-            st_ptl[row] = 0
-            st_n[row] = 0
+            st.epoch[row] = 0  # a new request's state always rebuilds
+            st.ptl[row] = 0
+            st.n[row] = 0
             pcw[3][row] = 0  # nothing remembered
             pcc[3][row] = 0
             run_req[k] = r
@@ -397,17 +390,17 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 lo = max(0, start - depth + 1)
                 _gather(p_flat, p_off, o_flat, o_off, r, lo, plen + 1, seq)
                 if local:
-                    lt = local_tries[row]
+                    lt = Trie(*local_tries[row])
                     _reset_trie(lt)  # an empty LRU list: list or stamps from here
                     l_list[row] = 1 if 1 + adm_local[r] > capacity else 0
-                    l_clock[row] = _insert(seq, plen + 1 - lo, lo, 0, start - lo, depth,
+                    l_clock[row] = _insert(seq[:plen + 1 - lo], lo, 0, start - lo, depth,
                                            capacity, l_list[row] != 0, 0, lt, path, pcc, -1)
                 else:
-                    clock = _insert(seq, plen + 1 - lo, lo, 0, start - lo, depth, capacity, lru,
-                                    clock, trie, path, pcc, -1)
+                    clock = _insert(seq[:plen + 1 - lo], lo, 0, start - lo, depth, capacity, lru,
+                                    clock, t, path, pcc, -1)
             elif index_prompt and plen > 0:
                 _gather(p_flat, p_off, o_flat, o_off, r, 0, plen, seq)
-                clock = _insert(seq, plen, 0, 0, 0, depth, capacity, lru, clock, trie, path, pcc,
+                clock = _insert(seq[:plen], 0, 0, 0, depth, capacity, lru, clock, t, path, pcc,
                                 -1)
         loop[L_GCLOCK] = clock
         nrun = loop[L_NRUN]
@@ -427,33 +420,27 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
             row = run_row[b]
             ctx = win_flat[win_off[b]:win_off[b + 1]]
             if mode == MODE_ADAPTIVE:
-                lt = local_tries[row] if local else trie
-                used = draft_adaptive(ctx, depth, budget, fcfg[0], fcfg[1], fcfg[2], local,
-                                      lt[0], lt[2], lt[4], lt[5], lt[7], lt[11], lt[12], tok,
-                                      freq, c_head, c_next, nchild, ht_key, ht_val,
-                                      bucket_counts, sc, out_tokens, out_mask, out_prob)
-                parents = sc[9]
+                if local:
+                    used = draft_tree(ctx, a_params, Trie(*local_tries[row]), t, bucket_counts,
+                                      asc, out_tokens, out_mask, out_prob)
+                else:
+                    used = draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens,
+                                      out_mask, out_prob)
+                parents = asc.slot_parent
             else:
                 if stateful:
                     total = p_off[r + 1] - p_off[r] + out_len[r]
-                    count = match_anchors(ctx, total, row, depth, ver, nchild, ht_key, ht_val,
-                                          meta, st_epoch, st_ptl, st_n, st_node, st_ver,
-                                          scratch, a_nodes, a_depths)
+                    count = match_anchors(ctx, total, row, depth, t, st, sc.m_scratch,
+                                          sc.a_nodes, sc.a_depths)
                 else:
-                    count = window_anchors(ctx, min_w, max_w, nchild, ht_key, ht_val, a_nodes,
-                                           a_depths)
+                    count = window_anchors(ctx, min_w, max_w, t, sc.a_nodes, sc.a_depths)
                 if mode == MODE_PROB:
-                    used = build_prob(a_nodes, count, budget, max_b, tok, freq, c_head, c_next,
-                                      t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order,
-                                      k_node, h_p, h_par, h_node)
+                    used = build_prob(count, budget, max_b, t, sc, bucket_counts)
                 else:
-                    used = build_bfs_scheduled(a_nodes, a_depths, count, budget, bfs_top,
-                                               bfs_steps, min_b, max_b, tok, c_head, c_next,
-                                               t_tok, t_head, t_next, t_cnt, t_bc,
-                                               bucket_counts, order, q_par, q_breadth, q_node)
-                fill_result(ctx[ctx.size - 1], n, t_tok, t_head, t_next, order, slot_parent,
-                            out_tokens, out_mask)
-                parents = slot_parent
+                    used = build_bfs_scheduled(count, budget, bfs_top, bfs_steps, min_b, max_b,
+                                               t, sc, bucket_counts)
+                fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
+                parents = sc.slot_parent
             # Greedy verify along the recording: rec = output[out_len:].
             rec = o_off[r] + out_len[r]
             left = o_off[r + 1] - rec
@@ -483,8 +470,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 lo = win_off[b]
                 w = win_off[b + 1] - lo
                 total = p_off[r + 1] - p_off[r] + out_len[r]
-                clock = _insert(win_flat[lo:lo + w], w, total - w, 0, 0, depth, capacity, lru,
-                                clock, trie, path, pcw, run_row[b])
+                clock = _insert(win_flat[lo:lo + w], total - w, 0, 0, depth, capacity, lru, clock,
+                                t, path, pcw, run_row[b])
         # Append; exact counting of the new n-grams as they arrive.
         for b in range(nrun):
             r = run_req[b]
@@ -495,17 +482,17 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 lo = max(0, before - depth + 1)
                 _gather(p_flat, p_off, o_flat, o_off, r, lo, before + e, seq)
                 if local:
-                    lt = local_tries[row]
-                    if l_list[row] == 0 and lt[13][M_SIZE] + per_count > capacity:
+                    lt = Trie(*local_tries[row])
+                    if l_list[row] == 0 and lt.meta[M_SIZE] + per_count > capacity:
                         _build_lru(lt)
                         l_list[row] = 1
                         pcc[3][row] = 0
-                    l_clock[row] = _insert(seq, before + e - lo, lo, 0, before - lo, depth,
+                    l_clock[row] = _insert(seq[:before + e - lo], lo, 0, before - lo, depth,
                                            capacity, l_list[row] != 0, l_clock[row], lt, path,
                                            pcc, row)
                 else:
-                    clock = _insert(seq, before + e - lo, lo, 0, before - lo, depth, capacity,
-                                    lru, clock, trie, path, pcc, row)
+                    clock = _insert(seq[:before + e - lo], lo, 0, before - lo, depth, capacity,
+                                    lru, clock, t, path, pcc, row)
             out_len[r] += e
         # 0.5.9: after appending, the last branch_length tokens of every request.
         if windows and not stateful:
@@ -514,7 +501,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, pcw, pcc, run, 
                 total = p_off[r + 1] - p_off[r] + out_len[r]
                 w = min(total, depth)
                 _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, seq)
-                clock = _insert(seq, w, total - w, skip, 0, depth, capacity, lru, clock, trie,
+                clock = _insert(seq[:w], total - w, skip, 0, depth, capacity, lru, clock, t,
                                 path, pcw, run_row[b])
         # Finished requests leave (order kept) and free their slots; their finish inserts
         # run at the top of the next iteration, before anything else touches the tries.
@@ -577,10 +564,10 @@ def _trie_list(tries: list[TrieArrays]):
     import numba
 
     if numba.config.DISABLE_JIT:
-        return [t.arrays() for t in tries]
+        return [t.bundle for t in tries]
     out = numba.typed.List()
     for t in tries:
-        out.append(t.arrays())
+        out.append(t.bundle)
     return out
 
 
@@ -669,8 +656,7 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
              else [TrieArrays(2, initial=2)])
     local_list = _trie_list(local)
     rows = conc
-    states = (np.zeros(rows, np.int64), np.zeros(rows, np.int64), np.zeros(rows, np.int32),
-              np.full((rows, depth), -1, np.int32), np.zeros((rows, depth), np.int64))
+    states = new_states(rows, depth)
     windows = bool(cfg[C_WINDOWS])
 
     def remembered(r: int, width: int, on: bool):
@@ -681,9 +667,10 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     pcw = remembered(rows, depth, windows)
     pcc = remembered(rows, depth - 1 + n, exact)
     loop = np.zeros(LOOP_SIZE, np.int64)
+    need = np.zeros(conc + 1, np.int64)
     run = (loop, np.zeros(conc, np.int64), np.zeros(conc, np.int64),
            np.arange(conc - 1, -1, -1, dtype=np.int64), np.zeros(conc, np.int64),
-           np.zeros(conc, np.int64), np.zeros(conc, np.int64))
+           np.zeros(conc, np.int64), np.zeros(conc, np.int64), need)
     out_len = np.zeros(n_req, np.int64)
     per_req = (out_len, adm_shared, adm_local, fin)
     # Request r has at most len(output) - 1 verify steps (each emits at least one token).
@@ -693,7 +680,6 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     em_count = np.zeros(int(em_off[-1]), np.int32)
     em_drafts = np.zeros(int(em_off[-1]), np.int32)
     out = (em_off, em_steps, em_count, em_drafts)
-    need = np.zeros(conc + 1, np.int64)
     streams = (p_flat, p_off, o_flat, o_off)
     total_tokens = int(o_off[-1])
     chunk = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
@@ -702,8 +688,8 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     while True:
         c0 = time.thread_time()
         w0 = time.perf_counter()
-        code = replay_kernel(streams, cfg, fcfg, trie.arrays(), local_list, states, pcw, pcc,
-                             run, per_req, out, need, _BUCKET_COUNTS, 0 if first else chunk)
+        code = replay_kernel(streams, cfg, fcfg, trie.bundle, local_list, states, (pcw, pcc),
+                             run, per_req, out, _BUCKET_COUNTS, 0 if first else chunk)
         if first:
             first = False
         else:
@@ -716,7 +702,7 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
             _grow(trie, int(need[0]))
             for s in np.flatnonzero(need[1:]):
                 _grow(local[s], int(need[1 + s]))
-                local_list[s] = local[s].arrays()
+                local_list[int(s)] = local[s].bundle
             wall += time.perf_counter() - w0
         elif code == PAUSED:
             if progress is not None:
