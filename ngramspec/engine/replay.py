@@ -69,6 +69,8 @@ LOOP_SIZE = 6
 CFG_SIZE = 17
 MODE_BFS, MODE_PROB, MODE_ADAPTIVE = 0, 1, 2
 
+# Children looked through before the child table.
+_SCAN = 4
 # Verify steps per compiled chunk between progress reports.
 _CHUNK_STEPS = 4096
 
@@ -122,7 +124,7 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
                 if not lru or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
             if child == -1 and not fresh:
-                child = child_of(ht, par, tok, cur, tk)
+                child = _child(c_head, c_next, tok, ht, par, cur, tk)
             if child == -1:
                 if meta[M_FREETOP] > 0:
                     meta[M_FREETOP] -= 1
@@ -169,6 +171,21 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
         pc_start[row] = start
         pc_len[row] = w
     return clock
+
+
+@jit
+def _child(c_head, c_next, tok, ht, par, node, token):
+    """``child_of``, looking first through the first few children of ``node``: most nodes have
+    one or two, whose slots lie near their parent's (created in the same walk), while the
+    child table's slots are scattered."""
+    ch = c_head[node]
+    for _ in range(_SCAN):
+        if ch == -1:
+            return -1
+        if tok[ch] == token:
+            return ch
+        ch = c_next[ch]
+    return child_of(ht, par, tok, node, token)
 
 
 @jit
