@@ -88,7 +88,7 @@ def _heap_pop(h_p, h_o, h_par, h_node, size):
 def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, sc, used):
     (_, _, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
      h_p, h_o, h_par, h_node) = sc
-    tok, freq, c_head, c_next = t.tok, t.freq, t.c_head, t.c_next
+    tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
     # Every context suffix up to the trie depth that is a trie path with children, longest
     # first (0.5.9's window rule with the window 1..depth), found as it is reached: the limit
     # of an anchor only falls with its length, so once one is reached, every shorter anchor
@@ -101,7 +101,7 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
             break
         node = 0
         for k in range(ctx.size - d, ctx.size):
-            node = child_of(t.ht, t.par, tok, node, ctx[k])
+            node = child_of(ht, par, tok, node, ctx[k])
             if node == -1:
                 break
         if node == -1 or c_head[node] == -1:

@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
 from ..config import NgramConfig
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
 from .adaptive import adaptive_scratch, draft_tree
@@ -146,9 +146,17 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
             else:
                 if i + k >= count_from:
                     freq[child] += 1
-                if c_head[cur] != child:
-                    _unlink_child(c_head, c_next, c_prev, cur, child)
-                    _push_child_front(c_head, c_next, c_prev, cur, child)
+                h = c_head[cur]
+                if h != child:  # to the front of its siblings (trie's unlink + push front)
+                    p = c_prev[child]
+                    nx = c_next[child]
+                    c_next[p] = nx  # p != -1: child is not the head
+                    if nx != -1:
+                        c_prev[nx] = p
+                    c_next[child] = h
+                    c_prev[child] = -1
+                    c_prev[h] = child
+                    c_head[cur] = child
             path[k] = child
             cur = child
         if lru:
@@ -173,7 +181,7 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
     return clock
 
 
-@jit
+@jit_inline
 def _child(c_head, c_next, tok, ht, par, node, token):
     """``child_of``, looking first through the first few children of ``node``: most nodes have
     one or two, whose slots lie near their parent's (created in the same walk), while the
@@ -188,7 +196,7 @@ def _child(c_head, c_next, tok, ht, par, node, token):
     return child_of(ht, par, tok, node, token)
 
 
-@jit
+@jit_inline
 def _stamp(g_next, g_prev, node, clock):
     """The node's last touch, ``clock`` (< 2**62), in its two int32 LRU links."""
     g_next[node] = clock >> 31
