@@ -35,7 +35,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from .cache import BACKENDS, NgramCache
+from .cache import BACKENDS
 from .config import NgramConfig
 from .streams import StreamSource, read_streams
 from .verify import verify_greedy

@@ -50,7 +50,7 @@ from .match import States, match_anchors, new_states, window_anchors
 from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
                    TrieArrays, _g_push_back, _g_push_front, _g_unlink, _ht_put,
-                   _push_child_front, _unlink_child, child_of, squeeze)
+                   _push_child_front, child_of, squeeze)
 
 __all__ = ["replay", "ReplayOutput"]
 
