@@ -93,6 +93,18 @@ def test_compiled_replay_equals_drafter(streams, options, concurrency, capacity)
     assert sum(int(d.sum()) for d in got.drafts) > 0
 
 
+@pytest.mark.parametrize("capacity", [3_000, 12_000, 40_000])
+@pytest.mark.parametrize("options", [{}, {"profile": "sglang-0.5.9", "match_type": "PROB"},
+                                     {"exact_counts": True, "index_prompt": True},
+                                     {"match_type": "ADAPTIVE", "local_index": True,
+                                      "exact_counts": True, "index_prompt": True}],
+                         ids=["BFS", "0.5.9-PROB", "exact", "local"])
+def test_capacities_between(streams, options, capacity):
+    """Capacities that the run fills only part of the way: the tries keep their eviction
+    order as stamps, then as the list or not at all, as the room left decides."""
+    assert_replays_equal(ns.NgramConfig(**options, capacity=capacity), streams, 2)
+
+
 def test_the_combinations_are_all_that_config_accepts():
     """CONFIGS holds every accepted combination of the boolean options per profile and match
     type: any other combination is refused by NgramConfig."""

@@ -59,10 +59,14 @@ _BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 # Return codes of the kernel.
 DONE, PAUSED, NEED_ROOM = 0, 1, 2
 # Slots of the int64 ``loop`` state: next request to admit, requests running, verify steps
-# done, finished requests whose finish inserts are pending, whether the shared trie keeps its
-# LRU as a list (else as touch stamps, see _insert), its touch clock.
-L_NEXT, L_NRUN, L_STEPS, L_NFIN, L_GLIST, L_GCLOCK = range(6)
-LOOP_SIZE = 6
+# done, finished requests whose finish inserts are pending, how the shared trie keeps its LRU
+# order (LRU_*) and its touch clock, output tokens still to emit, node bounds of the
+# admissions and finishes still to come.
+(L_NEXT, L_NRUN, L_STEPS, L_NFIN, L_GMODE, L_GCLOCK, L_LEFT, L_ADMLEFT,
+ L_FINLEFT) = range(9)
+LOOP_SIZE = 9
+# How a trie keeps its LRU order (see _insert): touch stamps, the list, not at all.
+LRU_STAMPS, LRU_LIST, LRU_NONE = 0, 1, 2
 # Slots of the int64 ``cfg`` array.
 (C_DEPTH, C_MLEN, C_MINB, C_MAXB, C_BUDGET, C_MODE, C_CAP, C_STATEFUL, C_MINW, C_MAXW, C_SKIP,
  C_WINDOWS, C_EXACT, C_LOCAL, C_FINISH, C_PROMPT, C_CONC) = range(17)
@@ -78,7 +82,7 @@ ProgressFn = Callable[[int, int], None]
 
 
 @jit
-def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, path, pc, row):
+def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, path, pc, row):
     """Insert the suffixes ``i < w - skip`` of ``seq`` (``w`` tokens; each suffix at most
     ``max_depth`` long) into the named trie ``t``
     in order, as ``insert_counted_kernel`` does: positions ``< count_from`` are touched but not
@@ -89,12 +93,14 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
       so most n-grams of this one were paths of the previous one and need no hash lookup (a
       stale node, evicted since, is looked up as usual).  ``start`` is the absolute position
       of ``seq`` in its request;
-    - the global LRU list (read only by eviction) is kept as a list only with ``lru`` True,
-      which the caller sets from the first insert that could evict on.  Before that each touch
-      writes the ``clock`` into the node's LRU links instead (two int32 halves, see
-      :func:`_stamp`); :func:`_build_lru` turns those stamps into the very list the linked
-      moves would have made (a touch moves a node to the front).  Without eviction no node
-      goes stale, so remembered nodes need version checks only with ``lru`` True.
+    - the global LRU list (read only by eviction) is kept as a list only in ``mode``
+      LRU_LIST, which the caller sets from the first insert that could evict on.  Before that
+      (LRU_STAMPS) each touch writes the ``clock`` into the node's LRU links instead (two
+      int32 halves, see :func:`_stamp`); :func:`_build_lru` turns those stamps into the very
+      list the linked moves would have made (a touch moves a node to the front).  In LRU_NONE
+      the caller has proven that this trie cannot evict for the rest of the run: nothing is
+      kept.  Without eviction no node goes stale, so remembered nodes need version checks
+      only in LRU_LIST.
     """
     tok, par, freq, ver, c_head, c_next, c_prev = (t.tok, t.par, t.freq, t.ver, t.c_head,
                                                    t.c_next, t.c_prev)
@@ -121,7 +127,7 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
             child = -1
             if k < known:
                 cand = pc_node[row, oi, k]
-                if not lru or ver[cand] == pc_ver[row, oi, k]:
+                if mode != LRU_LIST or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
             if child == -1 and not fresh:
                 child = _child(c_head, c_next, tok, ht, par, cur, tk)
@@ -140,7 +146,7 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
                 c_head[child] = -1
                 _ht_put(ht, cur, tk, child)
                 _push_child_front(c_head, c_next, c_prev, cur, child)
-                if lru:
+                if mode == LRU_LIST:
                     _g_push_back(g_next, g_prev, meta, child)
                 fresh = True
             else:
@@ -159,13 +165,13 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
                     c_head[cur] = child
             path[k] = child
             cur = child
-        if lru:
+        if mode == LRU_LIST:
             for k in range(length - 1, -1, -1):
                 node = path[k]
                 if meta[M_GHEAD] != node:
                     _g_unlink(g_next, g_prev, meta, node)
                     _g_push_front(g_next, g_prev, meta, node)
-        else:
+        elif mode == LRU_STAMPS:
             for k in range(length - 1, -1, -1):
                 clock += 1
                 _stamp(g_next, g_prev, path[k], clock)
@@ -173,7 +179,7 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, lru, clock, t, pa
             # Remember this suffix's nodes (the reads of old entries came first: oi >= i).
             for k in range(length):
                 pc_node[row, i, k] = path[k]
-                if lru:
+                if mode == LRU_LIST:
                     pc_ver[row, i, k] = ver[path[k]]
     if row >= 0:
         pc_start[row] = start
@@ -270,7 +276,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     each, per slot; ``run``: the loop state (``loop`` with the ``L_*`` slots, the running
     requests ``run_req`` and their slots ``run_row`` in batch order, the free slots
     ``free_rows``, the finished requests ``fin_req`` whose finish inserts are pending, per slot
-    ``l_list``/``l_clock`` (its own trie's LRU mode and touch clock) and ``need``); ``per_req``:
+    ``l_mode``/``l_clock`` (its own trie's LRU mode and touch clock) and ``need``); ``per_req``:
     ``out_len`` and the node bounds ``adm_shared``/``adm_local``/``fin_bound`` of each
     request's inserts at admission and finish; ``out``: the per-step record.
 
@@ -280,7 +286,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     trie must have allocated before the next call.
     """
     p_flat, p_off, o_flat, o_off = streams
-    loop, run_req, run_row, free_rows, fin_req, l_list, l_clock, need = run
+    loop, run_req, run_row, free_rows, fin_req, l_mode, l_clock, need = run
     out_len, adm_shared, adm_local, fin_bound = per_req
     em_off, em_steps, em_count, em_drafts = out
     pcw, pcc = remembered
@@ -328,6 +334,10 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     per_window = depth * (depth + 1) // 2
     per_count = (depth - 1 + n) * depth
     step_shared = (per_window if windows else 0) + (per_count if exact and not local else 0)
+    # Per output token still to come (a step emits e >= 1 tokens; its windows create at most
+    # per_window <= e * per_window nodes, its counts (depth - 1 + e) * depth <= e * depth**2).
+    token_shared = (per_window if windows else 0) + (depth * depth if exact and not local else 0)
+    token_local = depth * depth
     steps_here = 0
     while True:
         if steps_here >= max_steps:
@@ -368,15 +378,20 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
             short = True
         if short:
             return NEED_ROOM
-        # From the first iteration whose inserts could evict on, the shared trie keeps its LRU
-        # list (and versions of remembered nodes: forget those remembered without).
-        if loop[L_GLIST] == 0 and meta[M_SIZE] + g_need > capacity:
-            _build_lru(t)
-            loop[L_GLIST] = 1
-            pcw[3][:] = 0
-            if not local:
-                pcc[3][:] = 0
-        lru = loop[L_GLIST] != 0
+        # The shared trie's LRU order: nothing once the inserts still to come cannot fill it;
+        # else the list from the first iteration whose inserts could evict (with versions of
+        # remembered nodes: forget those remembered without); touch stamps before.
+        if loop[L_GMODE] == LRU_STAMPS:
+            if (meta[M_SIZE] + loop[L_LEFT] * token_shared + loop[L_ADMLEFT] + loop[L_FINLEFT]
+                    <= capacity):
+                loop[L_GMODE] = LRU_NONE
+            elif meta[M_SIZE] + g_need > capacity:
+                _build_lru(t)
+                loop[L_GMODE] = LRU_LIST
+                pcw[3][:] = 0
+                if not local:
+                    pcc[3][:] = 0
+        g_mode = loop[L_GMODE]
         clock = loop[L_GCLOCK]
         # Finish inserts of the requests that finished at the previous step, in batch order:
         # the shared trie learns the whole request (local_index with exact_counts).
@@ -387,8 +402,9 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
             start = 0 if index_prompt else plen
             lo = max(0, start - depth + 1)
             _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
-            clock = _insert(seq[:size - lo], lo, 0, start - lo, depth, capacity, lru, clock, t,
+            clock = _insert(seq[:size - lo], lo, 0, start - lo, depth, capacity, g_mode, clock, t,
                             path, pcc, -1)
+            loop[L_FINLEFT] -= fin_bound[r]
         loop[L_NFIN] = 0
         # Admission (prefill): the first output token; prefill neither matches nor inserts
         # (the options beyond SGLang index the prompt here).
@@ -409,6 +425,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
             run_req[k] = r
             run_row[k] = row
             loop[L_NRUN] = k + 1
+            loop[L_ADMLEFT] -= adm_shared[r]
             plen = p_off[r + 1] - p_off[r]
             if exact:
                 start = 0 if index_prompt else plen
@@ -417,15 +434,20 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                 if local:
                     lt = Trie(*local_tries[row])
                     _reset_trie(lt)  # an empty LRU list: list or stamps from here
-                    l_list[row] = 1 if 1 + adm_local[r] > capacity else 0
+                    if 1 + adm_local[r] + (olen - 1) * token_local <= capacity:
+                        l_mode[row] = LRU_NONE
+                    elif 1 + adm_local[r] > capacity:
+                        l_mode[row] = LRU_LIST
+                    else:
+                        l_mode[row] = LRU_STAMPS
                     l_clock[row] = _insert(seq[:plen + 1 - lo], lo, 0, start - lo, depth,
-                                           capacity, l_list[row] != 0, 0, lt, path, pcc, -1)
+                                           capacity, l_mode[row], 0, lt, path, pcc, -1)
                 else:
-                    clock = _insert(seq[:plen + 1 - lo], lo, 0, start - lo, depth, capacity, lru,
-                                    clock, t, path, pcc, -1)
+                    clock = _insert(seq[:plen + 1 - lo], lo, 0, start - lo, depth, capacity,
+                                    g_mode, clock, t, path, pcc, -1)
             elif index_prompt and plen > 0:
                 _gather(p_flat, p_off, o_flat, o_off, r, 0, plen, seq)
-                clock = _insert(seq[:plen], 0, 0, 0, depth, capacity, lru, clock, t, path, pcc,
+                clock = _insert(seq[:plen], 0, 0, 0, depth, capacity, g_mode, clock, t, path, pcc,
                                 -1)
         loop[L_GCLOCK] = clock
         nrun = loop[L_NRUN]
@@ -495,8 +517,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                 lo = win_off[b]
                 w = win_off[b + 1] - lo
                 total = p_off[r + 1] - p_off[r] + out_len[r]
-                clock = _insert(win_flat[lo:lo + w], total - w, 0, 0, depth, capacity, lru, clock,
-                                t, path, pcw, run_row[b])
+                clock = _insert(win_flat[lo:lo + w], total - w, 0, 0, depth, capacity, g_mode,
+                                clock, t, path, pcw, run_row[b])
         # Append; exact counting of the new n-grams as they arrive.
         for b in range(nrun):
             r = run_req[b]
@@ -508,17 +530,22 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                 _gather(p_flat, p_off, o_flat, o_off, r, lo, before + e, seq)
                 if local:
                     lt = Trie(*local_tries[row])
-                    if l_list[row] == 0 and lt.meta[M_SIZE] + per_count > capacity:
-                        _build_lru(lt)
-                        l_list[row] = 1
-                        pcc[3][row] = 0
+                    if l_mode[row] == LRU_STAMPS:
+                        left = o_off[r + 1] - o_off[r] - out_len[r]
+                        if lt.meta[M_SIZE] + left * token_local <= capacity:
+                            l_mode[row] = LRU_NONE
+                        elif lt.meta[M_SIZE] + per_count > capacity:
+                            _build_lru(lt)
+                            l_mode[row] = LRU_LIST
+                            pcc[3][row] = 0
                     l_clock[row] = _insert(seq[:before + e - lo], lo, 0, before - lo, depth,
-                                           capacity, l_list[row] != 0, l_clock[row], lt, path,
-                                           pcc, row)
+                                           capacity, l_mode[row], l_clock[row], lt, path, pcc,
+                                           row)
                 else:
                     clock = _insert(seq[:before + e - lo], lo, 0, before - lo, depth, capacity,
-                                    lru, clock, t, path, pcc, row)
+                                    g_mode, clock, t, path, pcc, row)
             out_len[r] += e
+            loop[L_LEFT] -= e
         # 0.5.9: after appending, the last branch_length tokens of every request.
         if windows and not stateful:
             for b in range(nrun):
@@ -526,7 +553,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                 total = p_off[r + 1] - p_off[r] + out_len[r]
                 w = min(total, depth)
                 _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, seq)
-                clock = _insert(seq[:w], total - w, skip, 0, depth, capacity, lru, clock, t,
+                clock = _insert(seq[:w], total - w, skip, 0, depth, capacity, g_mode, clock, t,
                                 path, pcw, run_row[b])
         # Finished requests leave (order kept) and free their slots; their finish inserts
         # run at the top of the next iteration, before anything else touches the tries.
@@ -692,6 +719,9 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     pcw = remembered(rows, depth, windows)
     pcc = remembered(rows, depth - 1 + n, exact)
     loop = np.zeros(LOOP_SIZE, np.int64)
+    loop[L_LEFT] = int(np.maximum(olen - 1, 0).sum())
+    loop[L_ADMLEFT] = int(adm_shared.sum())
+    loop[L_FINLEFT] = int(fin.sum())
     need = np.zeros(conc + 1, np.int64)
     run = (loop, np.zeros(conc, np.int64), np.zeros(conc, np.int64),
            np.arange(conc - 1, -1, -1, dtype=np.int64), np.zeros(conc, np.int64),
