@@ -2,8 +2,8 @@
 
 State travels between kernels as named-tuple bundles: :data:`~.trie.Trie` (owned and grown by
 :class:`~.trie.TrieArrays`), :data:`~.match.States` (:func:`~.match.new_states`),
-:data:`~.tree.Scratch` (:func:`~.tree.new_scratch`), :data:`~.adaptive.AdaptiveScratch` and
-:data:`~.replay.ReplayState`.  Kernels called from Python take them as plain tuples (cheaper to
+:data:`~.tree.Scratch` (:func:`~.tree.new_scratch`) and :data:`~.adaptive.AdaptiveScratch`;
+the serving-loop replay's one entry point is :func:`~.replay.replay`.  Kernels called from Python take them as plain tuples (cheaper to
 dispatch) and rebuild the named view on entry (``Trie(*trie)``).
 """
 
