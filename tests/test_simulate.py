@@ -244,6 +244,29 @@ def test_bad_arguments():
         ns.simulate([])
 
 
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_absurd_concurrency_is_clamped(backend):
+    """A concurrency beyond the number of requests is clamped to it, never allocated."""
+    rows = [{"id": i, "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 1, 2]} for i in range(3)]
+    cfg = ns.NgramConfig(capacity=1000)
+    for huge in (10**12, np.int64(2**62)):
+        r = ns.simulate(rows, config=cfg, concurrency=huge, backend=backend)
+        assert r.concurrency == 3
+        want = ns.simulate(rows, config=cfg, concurrency=3, backend=backend)
+        for a, b in zip(r.emitted, want.emitted):
+            assert_array_equal(a, b)
+        assert r.batch_steps == want.batch_steps
+
+
+def test_no_verify_steps_is_an_error_not_nan():
+    """Requests whose recordings hold one output token have no verify step: simulate says so
+    instead of reporting NaN figures."""
+    rows = [{"id": i, "prompt_ids": [1, 2], "output_ids": [7]} for i in range(4)]
+    for backend in ("numba", "reference"):
+        with pytest.raises(ValueError, match="no verify steps.*single output token"):
+            ns.simulate(rows, config=ns.NgramConfig.recommended(), backend=backend)
+
+
 @st.composite
 def small_runs(draw):
     depth = draw(st.integers(2, 6))
@@ -266,6 +289,10 @@ def small_runs(draw):
 @given(small_runs())
 def test_compiled_loop_equals_public_api_on_random_streams(run):
     cfg, rows, concurrency = run
+    if all(len(r["output_ids"]) == 1 for r in rows):
+        with pytest.raises(ValueError, match="no verify steps"):
+            ns.simulate(rows, config=cfg, concurrency=concurrency)
+        return
     got = ns.simulate(rows, config=cfg, concurrency=concurrency)
     assert_steps_equal(got, replay_public_api(cfg, rows, concurrency))
 
