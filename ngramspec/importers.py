@@ -196,7 +196,7 @@ def _json_records(path: Path, progress: Callable[[int], None]) -> Iterator[tuple
                     continue
                 where = f"{name}:{lineno}"
                 try:
-                    yield where, json.loads(line)
+                    yield where, json.loads(line.rstrip("\r\n"))
                 except json.JSONDecodeError as e:
                     yield where, ImportRecordError(
                         f"{where}: not valid JSON ({e.msg} at column {e.colno})",
