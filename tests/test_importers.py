@@ -297,3 +297,12 @@ def test_import_progress_and_duplicates(tmp_path, capsys):
     with pytest.raises(StreamError, match="nothing to write"):
         import_streams([_jsonl(tmp_path / "e.jsonl", [{"x": 1}])], tmp_path / "n.jsonl",
                        format="token-ids")
+
+
+@pytest.mark.parametrize("name", ["ngramspec.importers", "ngramspec.cli"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(name),
+                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
