@@ -36,6 +36,7 @@ import io
 import json
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -419,6 +420,12 @@ class _Renderer:
     def streams(self, items: list[tuple[str, list[dict], Any, int]]
                 ) -> list[tuple[list[int], list[int], bool] | ImportRecordError]:
         """Per (where, messages, tools, k): (prompt_ids, output_ids, had an end token)."""
+        out, keys, prompts, turns = self.render(items)
+        return self.finish(items, out, keys, *self.encode(prompts, turns))
+
+    def render(self, items: list[tuple[str, list[dict], Any, int]]
+               ) -> tuple[list[Any], list[int], list[str], list[str]]:
+        """The prompt and assistant-turn texts of the items the template renders."""
         out: list[Any] = [None] * len(items)
         groups: dict[str, list[int]] = collections.defaultdict(list)
         for i, (_, _, tools, _) in enumerate(items):
@@ -453,11 +460,21 @@ class _Renderer:
                     continue
                 prompts[i], turns[i] = p, f[len(p):]
         keys = sorted(prompts)
-        p_ids = self._encode([prompts[i] for i in keys])
-        o_ids = self._encode([turns[i] for i in keys])
-        self.encode_checked = self.encode_checked or bool(keys)
+        return out, keys, [prompts[i] for i in keys], [turns[i] for i in keys]
+
+    def encode(self, prompts: list[str], turns: list[str]
+               ) -> tuple[list[list[int]], list[list[int]]]:
+        """Token ids of the texts (thread-safe: the Rust encoder releases the GIL)."""
+        p_ids, o_ids = self._encode(prompts), self._encode(turns)
+        self.encode_checked = self.encode_checked or bool(prompts)
+        return p_ids, o_ids
+
+    def finish(self, items: list[tuple[str, list[dict], Any, int]], out: list[Any],
+               keys: list[int], p_ids: list[list[int]], o_ids: list[list[int]]
+               ) -> list[tuple[list[int], list[int], bool] | ImportRecordError]:
+        end_ids = self.end_ids
         for i, p, o in zip(keys, p_ids, o_ids):
-            last = max((j for j, t in enumerate(o) if t in self.end_ids), default=-1)
+            last = next((j for j in range(len(o) - 1, -1, -1) if o[j] in end_ids), -1)
             if last >= 0:
                 o = o[:last + 1]
             if not o:
@@ -585,6 +602,7 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
     out_path = Path(out)
     if out_path.is_dir():
         raise ValueError(f"--out {out}: is a directory; give a file name (.jsonl or .jsonl.gz)")
+    pool = ThreadPoolExecutor(max_workers=1) if renderer is not None else None
     fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp",
                                dir=str(out_path.parent) or ".")
     os.close(fd)
@@ -613,16 +631,33 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
 
             pending: list[tuple[str, list[dict], Any, int, dict]] = []
 
-            def flush() -> None:
+            inflight: list[tuple] = []
+
+            def drain() -> None:
+                # Write the chunk whose encoding runs in the background, in input order.
+                if not inflight:
+                    return
                 assert renderer is not None
-                results = renderer.streams([(w, m, t, k) for w, m, t, k, _ in pending])
-                for (where, _, _, _, rec), res in zip(pending, results):
+                chunk, items, out_, keys, future = inflight.pop()
+                results = renderer.finish(items, out_, keys, *future.result())
+                for (where, _, _, _, rec), res in zip(chunk, results):
                     if isinstance(res, ImportRecordError):
                         skip(res)
                         continue
                     rec["prompt_ids"], rec["output_ids"], had_end = res
                     report.no_end_token += not had_end
                     write(rec)
+
+            def flush() -> None:
+                # Render this chunk here while the previous one is encoded in a thread.
+                assert renderer is not None and pool is not None
+                items = [(w, m, t, k) for w, m, t, k, _ in pending]
+                out_, keys, ps, ts = renderer.render(items)
+                if not renderer.encode_checked:
+                    drain()  # the first encoding checks itself alone
+                future = pool.submit(renderer.encode, ps, ts)
+                drain()
+                inflight.append((list(pending), items, out_, keys, future))
                 pending.clear()
 
             for path in files:
@@ -661,6 +696,7 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
                 base += path.stat().st_size
             if pending:
                 flush()
+            drain()
         report.skipped = dict(skipped)
         if report.streams == 0:
             why = f" (skipped: {', '.join(f'{c} {r}' for r, c in skipped.items())})" \
@@ -670,6 +706,8 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
         os.replace(tmp, out_path)
         tmp = ""
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
         if tmp:
             try:
                 os.unlink(tmp)

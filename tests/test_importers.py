@@ -306,3 +306,19 @@ def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name),
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.hf
+def test_chunks_keep_order(tokenizer_dir, tmp_path, monkeypatch):
+    """Chunks rendered while the previous one is encoded are written in input order."""
+    import ngramspec.importers as imp
+    convs = [dict(c, id=f"{i}-{j}") for i in range(7) for j, c in enumerate(CONVERSATIONS)]
+    convs.insert(5, {"messages": []})
+    src = _jsonl(tmp_path / "c.jsonl", convs)
+    whole = import_streams([src], tmp_path / "a.jsonl", format="openai-chat",
+                           tokenizer=str(tokenizer_dir))
+    monkeypatch.setattr(imp, "_CHUNK", 2)
+    parts = import_streams([src], tmp_path / "b.jsonl", format="openai-chat",
+                           tokenizer=str(tokenizer_dir))
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert whole.streams == parts.streams == 35 and parts.skipped == {"empty conversation": 1}
