@@ -6,7 +6,7 @@ an assistant message of 10-60 words each), and times the import, in this process
 (the tokenizer loaded once, untimed).  Prints conversations per second (median of the runs)
 and per CPU-second (all threads; a measure less sensitive to other work on the machine).
 
-    python benchmarks/import_speed.py [--n 100000] [--repeats 3]
+    python -m benchmarks.import_speed [--n 100000] [--repeats 3]
 
 Needs the ``import`` extra (transformers, tokenizers).
 """

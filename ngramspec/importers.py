@@ -703,6 +703,9 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
                 if skipped else ""
             first = f"; first: {report.errors[0]}" if report.errors else ""
             raise StreamError(f"nothing to write: no record could be imported{why}{first}")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have made it (not 0600)
         os.replace(tmp, out_path)
         tmp = ""
     finally:

@@ -322,3 +322,14 @@ def test_chunks_keep_order(tokenizer_dir, tmp_path, monkeypatch):
                            tokenizer=str(tokenizer_dir))
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     assert whole.streams == parts.streams == 35 and parts.skipped == {"empty conversation": 1}
+
+
+def test_output_is_a_plain_file(tmp_path):
+    src = _jsonl(tmp_path / "v.jsonl", [{"prompt_ids": [1], "output_ids": [2]}])
+    out = tmp_path / "o.jsonl"
+    import_streams([src], out, format="token-ids")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+    with pytest.raises(OSError):
+        import_streams([src], tmp_path / "no-dir" / "o.jsonl", format="token-ids")
