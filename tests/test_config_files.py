@@ -12,6 +12,10 @@ from ngramspec import NgramConfig
 from ngramspec.config import PRESETS
 
 
+# External corpora (SGLang 0.5.23's suffix automata) are config fields where supported.
+CORPORA = "external_sam_budget" in NgramConfig.__dataclass_fields__
+
+
 @st.composite
 def sglang_configs(draw):
     """Random SGLang-exact configurations of either era (every option given or left out)."""
@@ -26,6 +30,9 @@ def sglang_configs(draw):
     if era == "sglang-0.5.23":
         maybe("max_trie_depth", st.integers(2, 64))
         maybe("match_type", st.sampled_from(["BFS", "PROB"]))
+        if CORPORA:
+            maybe("external_sam_budget", st.integers(0, 20))
+            maybe("external_corpus_max_tokens", st.integers(1, 2**29))
     else:
         maybe("branch_length", st.integers(2, 64))
         maybe("min_match_window_size", st.integers(1, 10))
@@ -62,11 +69,14 @@ def test_sglang_args_round_trip(cfg):
 
 
 def test_sglang_args_names():
-    assert NgramConfig().to_sglang_args() == {
-        "speculative_algorithm": "NGRAM", "speculative_ngram_max_trie_depth": 18,
-        "speculative_ngram_min_bfs_breadth": 1, "speculative_ngram_max_bfs_breadth": 10,
-        "speculative_num_draft_tokens": 12, "speculative_ngram_match_type": "BFS",
-        "speculative_ngram_capacity": 10_000_000}
+    want = {"speculative_algorithm": "NGRAM", "speculative_ngram_max_trie_depth": 18,
+            "speculative_ngram_min_bfs_breadth": 1, "speculative_ngram_max_bfs_breadth": 10,
+            "speculative_num_draft_tokens": 12, "speculative_ngram_match_type": "BFS",
+            "speculative_ngram_capacity": 10_000_000}
+    if CORPORA:  # SGLang's server defaults (spec 1.1)
+        want.update(speculative_ngram_external_sam_budget=0,
+                    speculative_ngram_external_corpus_max_tokens=10_000_000)
+    assert NgramConfig().to_sglang_args() == want
     old = NgramConfig(profile="sglang-0.5.9", branch_length=10, max_match_window_size=6)
     args = old.to_sglang_args()
     assert args["speculative_ngram_branch_length"] == 10
@@ -154,3 +164,16 @@ def test_toml_writes_every_set_field():
     keys = [line.split(" = ")[0] for line in cfg.to_toml().splitlines()
             if not line.startswith("#")]
     assert keys == [f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) is not None]
+
+
+@pytest.mark.skipif(not CORPORA, reason="external corpora are not config fields here")
+def test_sglang_args_external_corpora():
+    cfg = NgramConfig(external_sam_budget=3, external_corpus_max_tokens=1000)
+    args = cfg.to_sglang_args()
+    assert args["speculative_ngram_external_sam_budget"] == 3
+    assert args["speculative_ngram_external_corpus_max_tokens"] == 1000
+    assert NgramConfig.from_sglang_args(args) == cfg
+    old = NgramConfig(profile="sglang-0.5.9", external_corpus_max_tokens=1000)
+    with pytest.raises(ValueError, match="SGLang has no option for "
+                                         "external_corpus_max_tokens=1000"):
+        old.to_sglang_args()
