@@ -333,3 +333,13 @@ def test_output_is_a_plain_file(tmp_path):
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask
     with pytest.raises(OSError):
         import_streams([src], tmp_path / "no-dir" / "o.jsonl", format="token-ids")
+
+
+def test_without_transformers_the_error_names_the_extra(tmp_path, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    src = _jsonl(tmp_path / "c.jsonl", CONVERSATIONS)
+    code, _ = run(["streams", "import", str(src), "--format", "openai-chat", "--tokenizer",
+                   str(tmp_path), "--out", str(tmp_path / "o.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs transformers: pip install 'ngramspec[import]'" in err
