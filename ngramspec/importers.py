@@ -373,7 +373,9 @@ class _Renderer:
         try:
             from transformers.utils.chat_template_utils import _compile_jinja_template
             self.template = _compile_jinja_template(tok.chat_template)
-            self.kwargs = dict(tok.special_tokens_map)
+            # The template's globals merged with the variables once, not at every render.
+            self.base = {**self.template.globals, **tok.special_tokens_map, "tools": None,
+                         "documents": None}
         except Exception:  # another transformers version: the public path only
             self.template = None
         backend = getattr(tok, "backend_tokenizer", None) if getattr(tok, "is_fast", False) \
@@ -390,8 +392,12 @@ class _Renderer:
         if self.template is None or tools or not convs or not all(
                 len(m) == 2 and isinstance(m.get("content"), str) for c in convs for m in c):
             return self._own_render(convs, tools, gen)
-        fast = [self.template.render(messages=c, tools=None, documents=None,
-                                     add_generation_prompt=gen, **self.kwargs) for c in convs]
+        t, base, concat = self.template, self.base, self.template.environment.concat
+        fast = []
+        for c in convs:
+            v = base.copy()
+            v["messages"], v["add_generation_prompt"] = c, gen
+            fast.append(concat(t.root_render_func(t.new_context(v, shared=True))))
         if gen not in self.render_checked:
             n = min(len(convs), 32)
             if fast[:n] != self._own_render(convs[:n], None, gen):
