@@ -296,7 +296,7 @@ def _messages(record: Any, where: str, fmt: str) -> tuple[list[dict], Any]:
     messages = []
     for i, m in enumerate(conv):
         at = f"{where}: field '{key}[{i}]"
-        if not isinstance(m, Mapping):
+        if not isinstance(m, dict) and not isinstance(m, Mapping):  # dict: the fast check
             raise ImportRecordError(f"{at}' must be an object, got {type(m).__name__}",
                                     "message not an object")
         if fmt == "openai-chat":
@@ -480,7 +480,9 @@ class _Renderer:
                ) -> list[tuple[list[int], list[int], bool] | ImportRecordError]:
         end_ids = self.end_ids
         for i, p, o in zip(keys, p_ids, o_ids):
-            last = next((j for j in range(len(o) - 1, -1, -1) if o[j] in end_ids), -1)
+            last = len(o) - 1
+            while last >= 0 and o[last] not in end_ids:
+                last -= 1
             if last >= 0:
                 o = o[:last + 1]
             if not o:
