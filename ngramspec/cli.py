@@ -4,7 +4,9 @@
 with the package) and prints tokens per verify step, acceptance by depth and, with a cost
 table or model, the predicted serving speed-up at each concurrency level and a verdict.
 ``sweep`` does that over a grid of settings in parallel processes and ranks them.
-``calibrate`` measures a cost table for a transformers model on this machine.  Run
+``calibrate`` measures a cost table for a transformers model on this machine.  ``streams
+import`` turns chat logs (through the model's chat template) or token-id logs into stream
+files.  ``--preset`` and ``--config FILE.toml`` give a starting configuration.  Run
 ``ngramspec simulate --help`` for every option.  Errors are one line on stderr (exit 2), never
 a traceback.
 """
