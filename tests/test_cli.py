@@ -148,7 +148,7 @@ def test_simulate_preset_and_config_file_layers(streams, tmp_path):
                       "--no-progress"])
     assert code == 0
     cfg = ns.NgramConfig(match_type="PROB", draft_token_num=6, max_bfs_breadth=4)
-    assert _config_line(text).split()[1:] == [
+    assert _config_line(text).split()[1:8] == [
         f"{n}={getattr(cfg, n)}" for n in ("max_trie_depth", "min_bfs_breadth",
                                            "max_bfs_breadth", "draft_token_num", "match_type",
                                            "capacity", "profile")]
