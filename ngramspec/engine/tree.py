@@ -290,6 +290,10 @@ def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
     size = 0
     cursor = 1
     for a in range(n_anchors):
+        # A full tree takes nothing more: the heap (and the remaining anchors, whose child
+        # lists near the root are the longest) would only be walked for nothing.
+        if cursor > budget:
+            break
         size = _prob_add(0, anchor_nodes[a], 1.0, top_k, tok, freq, c_head, c_next, k_node,
                          h_p, h_par, h_node, size)
         while size > 0 and cursor <= budget:
@@ -302,6 +306,8 @@ def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
                 cursor += 1
                 _map_insert(par, pos, tok[node], t_tok, t_head, t_next, t_cnt, t_bc,
                             bucket_counts, order)
+                if cursor > budget:
+                    break
             size = _prob_add(pos, node, p, top_k, tok, freq, c_head, c_next, k_node, h_p,
                              h_par, h_node, size)
     return cursor - 1
