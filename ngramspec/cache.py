@@ -11,6 +11,7 @@ from typing import Any, Hashable
 import numpy as np
 
 from .config import NgramConfig
+from .corpora import Corpora
 from .drafts import DraftBatch
 from .errors import BackgroundInsertError
 
@@ -141,6 +142,8 @@ class NgramCache:
         See :class:`NgramConfig`.
     profile, branch_length, min_match_window_size, max_match_window_size
         See :class:`NgramConfig`; the last three belong to ``profile="sglang-0.5.9"``.
+    external_sam_budget, external_corpus_max_tokens
+        External corpora (SGLang 0.5.23; off by default), see :meth:`add_corpus`.
     index_prompt, exact_counts, local_index, min_token_prob, max_spec_factor, min_expected_accept
         Options beyond SGLang, all off by default; see :class:`NgramConfig`.  The first three
         are :class:`Drafter` policies; the last three tune ``match_type="ADAPTIVE"``, whose
@@ -183,6 +186,8 @@ class NgramCache:
                  local_index: bool | None = None, min_token_prob: float | None = None,
                  max_spec_factor: float | None = None,
                  min_expected_accept: float | None = None,
+                 external_sam_budget: int | None = None,
+                 external_corpus_max_tokens: int | None = None,
                  config: NgramConfig | None = None, backend: str = "numba") -> None:
         options = {k: v for k, v in dict(
             max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
@@ -192,7 +197,8 @@ class NgramCache:
             max_match_window_size=max_match_window_size, index_prompt=index_prompt,
             exact_counts=exact_counts, local_index=local_index, min_token_prob=min_token_prob,
             max_spec_factor=max_spec_factor,
-            min_expected_accept=min_expected_accept).items() if v is not None}
+            min_expected_accept=min_expected_accept, external_sam_budget=external_sam_budget,
+            external_corpus_max_tokens=external_corpus_max_tokens).items() if v is not None}
         if config is not None:
             if options:
                 raise ValueError(f"pass either config= or individual options, not both "
@@ -207,6 +213,7 @@ class NgramCache:
         self._backend_name = backend
         self._lock = threading.Lock()
         self._backend = self._make_backend()
+        self._corpora = Corpora(config, backend)
         # Background inserts (insert(wait=False)): FIFO queue, one worker thread at a time,
         # counters of batches queued and finished, errors kept for the next caller.
         self._queue: collections.deque = collections.deque()
@@ -342,8 +349,70 @@ class NgramCache:
             return self._match_adaptive(batch)
         self.synchronize()
         with self._lock:
-            tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
+            if self._corpora.active:
+                tokens, mask, num_drafts = self._corpora.match(self._backend, batch, keys, lens)
+            else:
+                tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch(tokens, mask, num_drafts)
+
+    # External corpora (SGLang 0.5.23; ngramspec.corpora) ------------------------------------
+
+    def add_corpus(self, corpus_id: str, documents) -> int:
+        """Load an external corpus: a suffix automaton over ``documents`` that every match
+        then drafts from, with ``external_sam_budget`` nodes shared by the loaded corpora
+        (SGLang's ``/add_external_corpus``).  Corpora survive :meth:`reset`.
+
+        Parameters
+        ----------
+        corpus_id : str
+            A new, non-empty id.
+        documents : iterable of 1-D int sequences
+            Token ids within int32, except ``INT32_MIN``: the separator SGLang puts between
+            documents.  Empty documents are skipped.
+
+        Returns
+        -------
+        int
+            Tokens loaded, separators included (what :meth:`corpora` reports).
+
+        Raises
+        ------
+        ValueError
+            A duplicate id, no tokens, more tokens than ``external_corpus_max_tokens`` or
+            than the loaded corpora leave of it (SGLang would truncate a corpus over the
+            cap), a bad token, or ``external_sam_budget == 0``.  Nothing changes then.
+
+        Examples
+        --------
+        >>> cache = NgramCache(max_trie_depth=4, max_bfs_breadth=3, draft_token_num=6,
+        ...                    external_sam_budget=2)
+        >>> cache.insert([[1, 2, 3, 4]])
+        >>> cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+        10
+        >>> cache.match([[1, 2]]).tokens
+        array([[2, 5, 3, 4, 0, 0]], dtype=int32)
+        >>> cache.corpora()
+        {'docs': 10}
+        """
+        self.synchronize()
+        with self._lock:
+            return self._corpora.add(corpus_id, documents)
+
+    def remove_corpus(self, corpus_id: str) -> None:
+        """Unload a corpus; KeyError if no corpus has this id (SGLang accepts it silently)."""
+        with self._lock:
+            self._corpora.remove(corpus_id)
+
+    def clear_corpora(self) -> None:
+        """Unload every corpus (the trie is untouched)."""
+        with self._lock:
+            self._corpora.clear()
+
+    def corpora(self) -> dict[str, int]:
+        """``{corpus_id: tokens}`` of the loaded corpora, separators included, in SGLang's
+        order (the one in which their trees are merged)."""
+        with self._lock:
+            return self._corpora.counts()
 
     # What Drafter's options beyond SGLang use (inputs already validated) --------------------
 

@@ -169,9 +169,13 @@ class EngineBackend:
             t.grow()
 
     def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
-              total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              total_lens: np.ndarray | None, *, budget: int | None = None,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``budget``: drafted nodes (default ``config.budget``; less with corpora, whose
+        trees are merged in afterwards); the result has ``budget + 1`` slots."""
         cfg = self.config
-        n = cfg.draft_token_num
+        budget = cfg.budget if budget is None else budget
+        n = budget + 1
         b = len(contexts)
         flat, offsets = _pack(list(contexts))
         tokens = np.empty((b, n), np.int32)
@@ -181,7 +185,7 @@ class EngineBackend:
         if not cfg.stateful:
             _match_batch_windows(flat, offsets, cfg.min_match_window_size,
                                  cfg.max_match_window_size, cfg.trie_depth, cfg.min_bfs_breadth,
-                                 cfg.max_bfs_breadth, cfg.budget, cfg.match_type == "PROB",
+                                 cfg.max_bfs_breadth, budget, cfg.match_type == "PROB",
                                  t.tok, t.freq, t.c_head, t.c_next, t.nchild, t.ht_key, t.ht_val,
                                  _BUCKET_COUNTS, tokens, mask, num)
             return tokens, mask, num
@@ -192,7 +196,7 @@ class EngineBackend:
             rows = np.asarray([self._row(k) for k in keys], dtype=np.int64)
             lens = total_lens
         _match_batch(flat, offsets, rows, lens, keys is None, cfg.max_trie_depth,
-                     cfg.min_bfs_breadth, cfg.max_bfs_breadth, cfg.budget,
+                     cfg.min_bfs_breadth, cfg.max_bfs_breadth, budget,
                      cfg.match_type == "PROB", t.tok, t.freq, t.ver, t.c_head, t.c_next,
                      t.nchild, t.ht_key, t.ht_val, t.meta, self.st_epoch, self.st_ptl,
                      self.st_n, self.st_node, self.st_ver, _BUCKET_COUNTS, tokens, mask, num)
