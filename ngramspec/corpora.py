@@ -258,7 +258,7 @@ class Corpora:
     def _build(self, stream: np.ndarray):
         if self.backend == "numba":
             from .engine.sam import FlatAutomaton
-            return FlatAutomaton.build(stream)
+            return FlatAutomaton.build(stream, prob=self.config.match_type == "PROB")
         from .reference.sam import SuffixAutomaton
         return SuffixAutomaton.build(stream.tolist())
 
