@@ -301,3 +301,15 @@ def test_per_corpus_budget_zero_leaves_the_trie_alone(backend):
         cache.add_corpus(cid, [doc])
     assert list(cache.corpora()) == ["x", "d", "a"]
     assert cache.match([[1]]).tokens.tolist() == plain == [[1, 2, 3, 4, 0]]
+
+
+@pytest.mark.parametrize("name", ["ngramspec.corpora", "ngramspec.reference.sam",
+                                  "ngramspec.engine.sam"])
+def test_corpus_module_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name),
+                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
+    assert result.attempted > 0

@@ -64,8 +64,8 @@ class SuffixAutomaton:
     >>> s = sam.walk([5, 6])
     >>> sam.states[s].occ, [c.token for c in sam.states[s].by_freq]
     (3, [5])
-    >>> [(sam.states[s].length, m) for s, m in sam.anchors([9, 5, 6], max_depth=4)]
-    [(2, 2), (1, 1)]
+    >>> [(state.length, m) for state, m in sam.anchors([9, 5, 6], max_depth=4)]  # '6' = '5 6'
+    [(2, 2)]
     """
 
     def __init__(self) -> None:
