@@ -525,7 +525,8 @@ class NgramCache:
         Atomic: the file appears complete at ``path`` or not at all; a failure mid-write
         leaves a previous file there untouched.  A cache loaded from it continues exactly as
         this one would (same drafts for the same future calls, stateful matches included),
-        on either backend.
+        on either backend.  External corpora are not written (they are rebuilt from their
+        documents): add them again to the loaded cache.
 
         Examples
         --------

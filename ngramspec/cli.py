@@ -151,6 +151,12 @@ def _parser() -> argparse.ArgumentParser:
                          description="Replay SGLang's NGRAM serving loop on recorded greedy "
                                      "streams and report tokens per verify step.")
     _add_common(sim, grid=False)
+    sim.add_argument("--corpus", action="append", metavar="FILE", default=[],
+                     help="external corpus loaded before the traffic (repeatable; needs "
+                          "--external-sam-budget): JSONL, one document per line, a list of "
+                          "token ids or (with --tokenizer) a string; its id is the path")
+    sim.add_argument("--tokenizer", metavar="DIR", help="local Hugging Face tokenizer "
+                     "directory for text corpora (needs transformers)")
     sim.add_argument("--by", metavar="FIELD", help="also report per value of this metadata "
                                                    "field (e.g. task)")
     sw = sub.add_parser("sweep", help="rank a grid of settings",
@@ -273,7 +279,7 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     bar = ProgressBar("simulate", force=args.progress)
     try:
         result = simulate(rows, config, concurrency=args.concurrency, backend=args.backend,
-                          progress=bar)
+                          progress=bar, corpora=_corpora(args))
     finally:
         bar.close()
     prediction = _predict(model, result, args.draft_ms) if model else None
@@ -285,6 +291,23 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f)
     return 0
+
+
+def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--corpus`` files read as documents (ids: the paths), with ``--tokenizer`` for text."""
+    from .corpora import read_corpus
+
+    if not args.corpus:
+        return None
+    tokenizer = None
+    if args.tokenizer:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise ValueError("--tokenizer needs the transformers package "
+                             "(pip install transformers)") from None
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
+    return {path: read_corpus(path, tokenizer=tokenizer) for path in args.corpus}
 
 
 # --- sweep --------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ libstdc++ ``std::unordered_map<std::string, ...>`` (:class:`CorpusOrder`).
 from __future__ import annotations
 
 import collections.abc
+import json
+import os
 from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
@@ -22,7 +24,8 @@ import numpy as np
 from .config import NgramConfig
 from .stdorder import HASHTABLE_BUCKET_COUNTS
 
-__all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream"]
+__all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream", "read_corpus",
+           "tree_paths"]
 
 #: The token SGLang puts between the documents of a corpus (``INT32_MIN``).
 SEPARATOR = -(2**31)
@@ -204,6 +207,57 @@ def corpus_stream(documents: Iterable[Any]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
 
+def read_corpus(path: str | os.PathLike, *, tokenizer: Any = None) -> list[list[int]]:
+    """The documents of a JSONL corpus file, read as SGLang reads
+    ``--speculative-ngram-external-corpus-path``: blank lines are skipped, every other line is
+    one document, a JSON string tokenised without special tokens.  ngramspec also accepts a
+    JSON list of token ids per line (no tokenizer needed).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    tokenizer : optional
+        For string lines: an object with ``encode(text, add_special_tokens=False)`` (a Hugging
+        Face tokenizer, e.g. ``AutoTokenizer.from_pretrained(local_dir)``) or a callable
+        ``text -> token ids``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "corpus.jsonl")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write("[1, 2, 3]" + chr(10) + chr(10) + "[7, 1]" + chr(10))
+    >>> read_corpus(path)
+    [[1, 2, 3], [7, 1]]
+    """
+    docs: list[list[int]] = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{os.fspath(path)} line {number}: not JSON ({e.msg})") from None
+            if isinstance(value, str):
+                if tokenizer is None:
+                    raise ValueError(
+                        f"{os.fspath(path)} line {number} is text: pass a tokenizer (the "
+                        "target model's, e.g. a local Hugging Face tokenizer directory), or "
+                        "write each document as a JSON list of token ids")
+                ids = (tokenizer.encode(value, add_special_tokens=False)
+                       if hasattr(tokenizer, "encode") else tokenizer(value))
+                docs.append([int(t) for t in ids])
+            elif isinstance(value, list) and all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in value):
+                docs.append(value)
+            else:
+                raise ValueError(f"{os.fspath(path)} line {number}: a document must be a JSON "
+                                 f"string or a list of integer token ids, got "
+                                 f"{type(value).__name__}")
+    return docs
+
+
 class Corpora:
     """The external corpora of one cache: automata, token counts, SGLang's corpus order.
 
@@ -217,6 +271,9 @@ class Corpora:
         self.order = CorpusOrder()
         self.automata: dict[str, Any] = {}
         self.tokens: dict[str, int] = {}
+        #: The trees the last :meth:`match` merged, in merge order: ``("", trie result)`` then
+        #: ``(corpus_id, corpus result)``; each result is ``(tokens, mask)`` for the batch.
+        self.last_parts: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
 
     # Management ------------------------------------------------------------------------
 
@@ -315,10 +372,41 @@ class Corpora:
             from .engine import sam as impl
         else:
             from .reference import sam as impl  # type: ignore[no-redef]
+        parts = [("", (tokens, mask))]
         for cid in self.order:
             own = _draft_batch(self.automata[cid], contexts, per, cfg)
+            parts.append((cid, own))
             tokens, mask, num = impl.merge_batch(last, cfg.draft_token_num, (tokens, mask), own)
+        self.last_parts = parts
         return tokens, mask, num
+
+
+def tree_paths(tokens: np.ndarray, mask: np.ndarray) -> set[tuple[int, ...]]:
+    """Token paths (root excluded) of every drafted node of one laid-out tree, padding
+    excluded.
+
+    Examples
+    --------
+    >>> import ngramspec as ns
+    >>> cache = ns.NgramCache(draft_token_num=4, capacity=100)
+    >>> cache.insert([[1, 2, 3]])
+    >>> d = cache.match([[1]])
+    >>> sorted(tree_paths(d.tokens[0], d.mask[0]))
+    [(2,), (2, 3)]
+    """
+    n = len(tokens)
+    paths: list[tuple[int, ...]] = [()]
+    out = set()
+    for i in range(1, n):
+        parent = max(j for j in range(i) if mask[i][j])
+        paths.append(paths[parent] + (int(tokens[i]),))
+    real = {i for i in range(1, n) for j in range(1, n) if j != i and mask[j][i]}
+    for i in range(1, n):
+        # Padding: token 0 under the root with no children (indistinguishable from a real
+        # token-0 leaf, which the merge drops the same way).
+        if not (paths[i] == (0,) and i not in real):
+            out.add(paths[i])
+    return out
 
 
 def _draft_batch(automaton, contexts: Sequence[np.ndarray], budget: int,

@@ -29,6 +29,7 @@ progress can be shown.  Otherwise it is driven step by step through the public
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
@@ -264,7 +265,8 @@ def _check_args(config: Any, concurrency: Any, backend: Any) -> NgramConfig:
 
 def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
              concurrency: int = 1, backend: str = "numba",
-             progress: ProgressFn | None = None) -> SimulationResult:
+             progress: ProgressFn | None = None,
+             corpora: Mapping[str, Any] | None = None) -> SimulationResult:
     """Replay SGLang's serving loop with n-gram speculation on recorded greedy streams.
 
     Parameters
@@ -284,6 +286,10 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
         ``"reference"``: a ``Drafter`` on the pure-Python cache, step by step.
     progress : callable(done, total), optional
         Called now and then with output tokens replayed so far and in total.
+    corpora : mapping of corpus id to documents, optional
+        External corpora loaded before the traffic (needs ``config.external_sam_budget > 0``;
+        see :meth:`~ngramspec.NgramCache.add_corpus`).  Replayed step by step through a
+        :class:`~ngramspec.Drafter` (the compiled loop has no corpora yet).
 
     Returns
     -------
@@ -307,12 +313,13 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
     concurrency = int(concurrency)
     prompts = [np.asarray(r["prompt_ids"], dtype=np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], dtype=np.int32) for r in rows]
-    if backend == "numba" and _compiled_loop_covers(config):
+    if backend == "numba" and _compiled_loop_covers(config) and not corpora:
         emitted, drafts, cpu, batch_steps, wall = _replay_compiled(prompts, outputs, config,
                                                                    concurrency, progress)
     else:
         emitted, drafts, cpu, batch_steps, wall = _replay_stepwise(
-            prompts, outputs, config, concurrency, backend, [r["id"] for r in rows], progress)
+            prompts, outputs, config, concurrency, backend, [r["id"] for r in rows], progress,
+            corpora)
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=[r["id"] for r in rows],
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
@@ -436,12 +443,18 @@ def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.nd
 
 
 def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
-                     ids: list[Hashable], progress: ProgressFn | None):
+                     ids: list[Hashable], progress: ProgressFn | None,
+                     corpora: Mapping[str, Any] | None = None):
     """The loop step by step through :class:`~ngramspec.Drafter` (whose bookkeeping follows
     the config's profile and options) and :func:`~ngramspec.verify_greedy`."""
     from .drafter import Drafter
 
     drafter = Drafter(config, backend=backend)
+    if corpora is not None and not isinstance(corpora, Mapping):
+        raise TypeError(f"corpora must be a mapping of corpus id to documents, got "
+                        f"{type(corpora).__name__}")
+    for corpus_id, documents in (corpora or {}).items():
+        drafter.cache.add_corpus(corpus_id, documents)
     n_req = len(prompts)
     out_len = [0] * n_req
     emitted: list[list[int]] = [[] for _ in range(n_req)]
