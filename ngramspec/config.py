@@ -212,7 +212,6 @@ class NgramConfig:
         if self.match_type not in MATCH_TYPES:
             raise ValueError(f"match_type must be one of {MATCH_TYPES}, got {self.match_type!r}")
         self._check_beyond_sglang()
-        self._check_corpora()
         # SGLang's own constructor checks, in its order.
         depth_name = "max_trie_depth" if self.profile == "sglang-0.5.23" else "branch_length"
         if self.trie_depth <= 1:
@@ -245,6 +244,7 @@ class NgramConfig:
             if getattr(self, name) > _INT32_MAX:
                 raise ValueError(f"{name} must fit in int32 (<= {_INT32_MAX}), "
                                  f"got {getattr(self, name)}")
+        self._check_corpora()
 
     def _check_beyond_sglang(self) -> None:
         for name in ("index_prompt", "exact_counts", "local_index"):
