@@ -238,6 +238,8 @@ class NgramCache:
         scratch = NgramCache(config=self._config.replace(capacity=self._config.trie_depth + 1),
                              backend=self._backend_name)
         scratch.insert([[1, 2, 1]])
+        if self._config.external_sam_budget:  # the corpus kernels too
+            scratch.add_corpus("warmup", [[1, 2, 1]])
         scratch.match([[1, 2]], request_ids=[0], total_lens=[2])
         scratch.match([[1, 2]])
         return self

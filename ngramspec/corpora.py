@@ -274,6 +274,10 @@ class Corpora:
         #: The trees the last :meth:`match` merged, in merge order: ``("", trie result)`` then
         #: ``(corpus_id, corpus result)``; each result is ``(tokens, mask)`` for the batch.
         self.last_parts: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
+        #: Keep :attr:`last_parts` (numba backend: one call per corpus instead of one kernel
+        #: for all; the reference backend always keeps them).
+        self.record_parts = False
+        self._kernel_list = None  # numba backend: the automata as the match kernel takes them
 
     # Management ------------------------------------------------------------------------
 
@@ -310,6 +314,7 @@ class Corpora:
         self.automata[corpus_id] = automaton
         self.tokens[corpus_id] = total
         self.order.insert(corpus_id)
+        self._kernel_list = None
         return total
 
     def _build(self, stream: np.ndarray):
@@ -329,11 +334,13 @@ class Corpora:
         del self.automata[corpus_id]
         del self.tokens[corpus_id]
         self.order.erase(corpus_id)
+        self._kernel_list = None
 
     def clear(self) -> None:
         self.automata.clear()
         self.tokens.clear()
         self.order.clear()
+        self._kernel_list = None
 
     def counts(self) -> dict[str, int]:
         """``{corpus_id: token_count}`` in SGLang's corpus order."""
@@ -367,6 +374,15 @@ class Corpora:
         cfg = self.config
         per, trie_budget = self.split()
         tokens, mask, num = backend.match(contexts, keys, total_lens, budget=trie_budget)
+        if self.backend == "numba" and not self.record_parts:
+            from .engine.sam import automata_list, match_corpora  # loaded: a dict lookup
+            if self._kernel_list is None:
+                self._kernel_list = automata_list([self.automata[c] for c in self.order])
+            return match_corpora(self._kernel_list, contexts, per, tokens, mask,
+                                 cfg.draft_token_num, max_depth=cfg.trie_depth,
+                                 min_breadth=cfg.min_bfs_breadth,
+                                 max_breadth=cfg.max_bfs_breadth,
+                                 prob=cfg.match_type == "PROB")
         last = np.fromiter((int(c[-1]) for c in contexts), np.int32, len(contexts))
         if self.backend == "numba":
             from .engine import sam as impl

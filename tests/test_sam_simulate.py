@@ -129,7 +129,11 @@ def test_last_parts_hold_the_merged_trees(backend):
                           external_sam_budget=2, capacity=100, backend=backend)
     cache.insert([[1, 2, 3, 4]])
     cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+    fused = cache.match([[1, 2]])
+    cache._corpora.record_parts = True
     d = cache.match([[1, 2]])
+    assert_array_equal(d.tokens, fused.tokens)
+    assert_array_equal(d.mask, fused.mask)
     parts = cache._corpora.last_parts
     assert [cid for cid, _ in parts] == ["", "docs"]
     trie = tree_paths(parts[0][1][0][0], parts[0][1][1][0])

@@ -20,6 +20,7 @@ kept here on its own so that the corpus kernels do not depend on the trie kernel
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ import numpy as np
 from .._jit import jit
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
 
-__all__ = ["FlatAutomaton", "merge_batch", "SEPARATOR"]
+__all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
 _BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
@@ -626,6 +627,105 @@ def _merge_kernel(last_tokens, n, p_tokens, p_mask, s_tokens, s_mask, out_tokens
         out_num[b] = cursor - 1
 
 
+@jit
+def _match_kernel(flat, offsets, automata, per, n, max_depth, min_b, max_b, prob, p_tokens,
+                  p_mask):
+    """Every corpus's tree (``per`` nodes each), merged in list order into the trie's
+    (``p_tokens``/``p_mask``) for each request: SGLang's ``batchMatch`` after the trie part.
+    Returns tokens ``(B, n)``, masks and node counts."""
+    out_tokens = np.empty((offsets.size - 1, n), np.int32)
+    out_mask = np.empty((offsets.size - 1, n, n), np.bool_)
+    out_num = np.empty(offsets.size - 1, np.int32)
+    m = per + 1
+    # Scratch: one corpus tree (m slots) and the merged tree (n slots).
+    c_tree = _new_tree(m)
+    c_order = np.empty(m + 1, np.int32)
+    c_parent = np.empty(m, np.int32)
+    c_tokens = np.empty(m, np.int32)
+    c_mask = np.empty((m, m), np.bool_)
+    tree = _new_tree(n)
+    order = np.empty(n + 1, np.int32)
+    slot_parent = np.empty(n, np.int32)
+    big = max(n, p_tokens.shape[1])
+    parent = np.empty(big, np.int32)
+    is_parent = np.empty(big, np.bool_)
+    path = np.empty(big, np.int32)
+    a_state = np.empty(max_depth + 1, np.int32)
+    a_len = np.empty(max_depth + 1, np.int32)
+    q_par = np.empty(m + 1, np.int32)
+    q_breadth = np.empty(m + 1, np.float64)
+    q_state = np.empty(m + 1, np.int32)
+    kids = 1
+    for k in range(len(automata)):
+        kids = max(kids, automata[k][8])
+    top_k = min(max_b, kids)
+    heap_cap = top_k * (max_depth + 1) * (2 * m + 2) + 1 if prob else 1
+    h_p = np.empty(heap_cap, np.float64)
+    h_par = np.empty(heap_cap, np.int32)
+    h_tok = np.empty(heap_cap, np.int32)
+    h_state = np.empty(heap_cap, np.int32)
+    for b in range(offsets.size - 1):
+        ctx = flat[offsets[b]:offsets[b + 1]]
+        last = ctx[ctx.size - 1]
+        first = True
+        cursor = 1
+        for k in range(len(automata)):
+            off, l_tok, l_dst, c_tok, c_dst, length, link, occ, _ = automata[k]
+            count = _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len)
+            if prob:
+                _prob(a_state, count, per, max_b, off, c_tok, c_dst, l_tok, occ, c_tree, c_order,
+                      h_p, h_par, h_tok, h_state)
+            else:
+                _bfs(a_state, a_len, count, per, max_depth, min_b, max_b, off, c_tok, c_dst,
+                     l_tok, c_tree, c_order, q_par, q_breadth, q_state)
+            _fill(last, m, c_tree, c_order, c_parent, c_tokens, c_mask)
+            # The merge reads both trees before it writes the row, so the row can be primary.
+            _tree_reset(tree)
+            if first:
+                cursor = _insert_leaf_paths(p_tokens[b], p_mask[b], tree, order, parent,
+                                            is_parent, path, 1, n)
+            else:
+                cursor = _insert_leaf_paths(out_tokens[b], out_mask[b], tree, order, parent,
+                                            is_parent, path, 1, n)
+            cursor = _insert_leaf_paths(c_tokens, c_mask, tree, order, parent, is_parent, path,
+                                        cursor, n)
+            _fill(last, n, tree, order, slot_parent, out_tokens[b], out_mask[b])
+            first = False
+        out_num[b] = cursor - 1
+    return out_tokens, out_mask, out_num
+
+
+def match_corpora(automata, contexts: Sequence[np.ndarray], per: int, trie_tokens: np.ndarray,
+                  trie_mask: np.ndarray, n: int, *, max_depth: int, min_breadth: int,
+                  max_breadth: int, prob: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One kernel call for a batch: every automaton of ``automata`` (a list from
+    :func:`automata_list`, in merge order) drafts ``per`` nodes and is merged in turn into the
+    trie's result (C-contiguous ``trie_tokens``/``trie_mask``).  Tokens ``(B, n)``, masks and
+    node counts."""
+    if len(contexts) == 1:  # the common serving case, without list arithmetic
+        flat = np.ascontiguousarray(contexts[0])
+        offsets = np.array([0, flat.size], np.int64)
+    else:
+        flat = np.concatenate(contexts)
+        offsets = np.fromiter(accumulate((c.size for c in contexts), initial=0), np.int64,
+                              len(contexts) + 1)
+    return _match_kernel(flat, offsets, automata, per, n, max_depth, min_breadth, max_breadth,
+                         bool(prob), trie_tokens, trie_mask)
+
+
+def automata_list(automata: Sequence["FlatAutomaton"]):
+    """The automata's arrays as the list the match kernel takes (a typed list under Numba)."""
+    import numba
+
+    items = [a.arrays() for a in automata]
+    if numba.config.DISABLE_JIT:
+        return items
+    typed = numba.typed.List()
+    for item in items:
+        typed.append(item)
+    return typed
+
+
 def merge_batch(last_tokens: np.ndarray, n: int, primary: tuple[np.ndarray, np.ndarray],
                 secondary: tuple[np.ndarray, np.ndarray],
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -668,6 +768,11 @@ class FlatAutomaton:
         (occurrences) instead of BFS (last occurrence)."""
         return cls(_build_kernel(np.ascontiguousarray(stream, dtype=np.int32), bool(prob)),
                    prob)
+
+    def arrays(self) -> tuple:
+        """The arrays (and the largest child count) in kernel argument order."""
+        return (self.off, self.l_tok, self.l_dst, self.c_tok, self.c_dst, self.length,
+                self.link, self.occ, np.int64(self.max_kids))
 
     @property
     def n_states(self) -> int:
