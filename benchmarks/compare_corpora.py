@@ -6,7 +6,7 @@ SGLang's core is built from its PyPI wheel (``benchmarks/peers/sglang_sam.py``).
   build of ``FlatAutomaton`` after a warm-up; SGLang: ``appendTokens`` in 4,096-token chunks +
   ``finalize``), medians over repeats, and the ratio ngramspec / SGLang (< 1: faster);
 - **memory**: the resident-memory growth of a fresh process that builds one automaton, per
-  corpus token (both), and ngramspec's array bytes per token;
+  corpus token (both), its peak during the build, and ngramspec's array bytes per token;
 - **match**: the serving-loop trace of ``compare_sglang.py`` (recorded streams, stateful match +
   insert per step) with corpora loaded, time per request of ``match`` (ngramspec through its
   public API; SGLang at its C entry point, inputs packed beforehand), drafts checked equal at
@@ -76,11 +76,13 @@ def time_build(stream: np.ndarray, repeats: int) -> dict:
 
 
 _MEM_CHILD = r"""
-import sys, numpy as np
+import resource, sys, numpy as np
 sys.path.insert(0, sys.argv[3])
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 stream = np.load(sys.argv[2])
 if sys.argv[1] == "ngramspec":
     from ngramspec.engine.sam import FlatAutomaton
@@ -94,7 +96,7 @@ else:
     before = rss()
     sam = sglang_sam.SamHandle(stream)
     extra = 0
-print(rss() - before, extra)
+print(rss() - before, extra, peak() - before)
 """
 
 
@@ -106,8 +108,9 @@ def measure_memory(stream: np.ndarray, tmp: Path) -> dict:
         res = subprocess.run([sys.executable, "-c", _MEM_CHILD, who, str(path),
                               str(Path(__file__).parent)], capture_output=True, text=True,
                              check=True)
-        grown, nbytes = map(int, res.stdout.split())
+        grown, nbytes, peak = map(int, res.stdout.split())
         out[f"{who}_rss_B_per_token"] = grown / stream.size
+        out[f"{who}_peak_B_per_token"] = peak / stream.size
         if who == "ngramspec":
             out["ngramspec_arrays_B_per_token"] = nbytes / stream.size
     out["rss_ratio"] = out["ngramspec_rss_B_per_token"] / out["sglang_rss_B_per_token"]
