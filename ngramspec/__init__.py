@@ -10,15 +10,17 @@ array([[2, 3, 7, 8]], dtype=int32)
 from .cache import NgramCache
 from .config import NgramConfig
 from .costmodel import CostModel, Prediction
+from .costs import CostTable, CostTableError, ServingPrediction, predict_serving, schedule
 from .drafts import DraftBatch
 from .drafter import Drafter
 from .errors import BackgroundInsertError, CacheFileError, IntegrityError
 from .simulate import SimulationResult, Summary, simulate
 from .streams import StreamError, read_streams
-from .verify import VerifyResult, verify_greedy, verify_greedy_logits
+from .verify import VerifyResult, verify_greedy, verify_greedy_logits, verify_sampling
 
 __all__ = ["NgramCache", "NgramConfig", "DraftBatch", "Drafter", "VerifyResult", "verify_greedy",
-           "verify_greedy_logits", "simulate", "SimulationResult", "Summary", "read_streams",
-           "StreamError", "CostModel", "Prediction", "IntegrityError", "CacheFileError",
+           "verify_greedy_logits", "verify_sampling", "simulate", "SimulationResult", "Summary",
+           "read_streams", "StreamError", "CostModel", "Prediction", "CostTable", "CostTableError",
+           "ServingPrediction", "predict_serving", "schedule", "IntegrityError", "CacheFileError",
            "BackgroundInsertError"]
 __version__ = "0.1.0"

@@ -1,9 +1,12 @@
-"""``ngramspec simulate`` and ``ngramspec sweep``: will n-gram speculation pay off on my traffic?
+"""``ngramspec simulate``, ``sweep``, ``calibrate``: will n-gram speculation pay off for me?
 
-``simulate`` replays SGLang's serving loop on recorded greedy streams (default: the corpus
-shipped with the package) and prints tokens per verify step, acceptance by depth and, with a
-cost model, the predicted speed-up.  ``sweep`` does that over a grid of settings in parallel
-processes and ranks them.  Run ``ngramspec simulate --help`` for every option.
+``simulate`` replays SGLang's serving loop on recorded streams (default: the corpus shipped
+with the package) and prints tokens per verify step, acceptance by depth and, with a cost
+table or model, the predicted serving speed-up at each concurrency level and a verdict.
+``sweep`` does that over a grid of settings in parallel processes and ranks them.
+``calibrate`` measures a cost table for a transformers model on this machine.  Run
+``ngramspec simulate --help`` for every option.  Errors are one line on stderr (exit 2), never
+a traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import Any, Sequence, TextIO
 
 from . import config as config_module
 from .config import MATCH_TYPES, PROFILES, NgramConfig
-from .costmodel import CostModel, Prediction
+from .costmodel import CostModel
+from .costs import (CostTable, ServingPrediction, parse_concurrency, predict_serving, schedule,
+                    verdict)
 from .simulate import SimulationResult, simulate
 from .streams import StreamError, embedded_streams_path, read_streams
 
@@ -122,22 +127,30 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
         # Values are parsed (and errors named) in _config_options, not by argparse.
         g.add_argument(_flag(f.name), dest=f.name, metavar=metavar, help=help_)
     s = p.add_argument_group("serving")
-    if grid:
-        s.add_argument("--concurrency", default="1", metavar="LIST",
-                       help="requests decoded together (comma list; default 1)")
-    else:
-        s.add_argument("--concurrency", type=int, default=1, metavar="N",
-                       help="requests decoded together (default 1)")
+    s.add_argument("--concurrency", default="1", metavar="LIST",
+                   help="requests decoded together; a comma list (e.g. 1,4,16,48) predicts "
+                        "each level (default 1; levels above the number of requests are "
+                        "clamped to it)")
     s.add_argument("--backend", default="numba", choices=["numba", "reference"],
                    help="numba: the compiled loop (default); reference: pure Python, slow")
     s.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests")
-    c = p.add_argument_group("cost model (milliseconds; measured or linear)")
-    c.add_argument("--decode-ms", type=float, help="one plain decode step")
-    c.add_argument("--verify-ms", type=float, help="one verify step of this tree size")
+    c = p.add_argument_group("cost (milliseconds): a measured table, or a flat or linear model")
+    c.add_argument("--cost-table", metavar="FILE",
+                   help="CSV (batch,tokens,ms) or JSON of measured forward times, e.g. from "
+                        "ngramspec calibrate")
+    c.add_argument("--extrapolate", action="store_true",
+                   help="extend the cost table linearly beyond its measured grid (default: "
+                        "an error naming the missing point)")
+    c.add_argument("--decode-ms", type=float,
+                   help="flat model: one plain decode step, at every batch size")
+    c.add_argument("--verify-ms", type=float,
+                   help="flat model: one verify step (any tree size), at every batch size")
     c.add_argument("--step-ms", type=float, help="linear model: fixed time per forward")
-    c.add_argument("--token-ms", type=float, help="linear model: time per token in a forward")
+    c.add_argument("--token-ms", type=float,
+                   help="linear model: time per query token in a forward (batch x tokens)")
     c.add_argument("--draft-ms", type=float,
-                   help="drafting CPU time per step (default: measured by the replay)")
+                   help="drafting time per serving step (default: measured by the replay; "
+                        "0 excludes it)")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     o.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -146,10 +159,13 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ngramspec", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{simulate,sweep}")
+    sub = ap.add_subparsers(dest="command", required=True,
+                            metavar="{simulate,sweep,calibrate}")
     sim = sub.add_parser("simulate", help="replay SGLang's serving loop on recorded streams",
-                         description="Replay SGLang's NGRAM serving loop on recorded greedy "
-                                     "streams and report tokens per verify step.")
+                         description="Replay SGLang's NGRAM serving loop on recorded streams, "
+                                     "report tokens per verify step and, with a cost table or "
+                                     "model, predict the serving speed-up per concurrency "
+                                     "level.")
     _add_common(sim, grid=False)
     sim.add_argument("--corpus", action="append", metavar="FILE", default=[],
                      help="external corpus loaded before the traffic (repeatable; needs "
@@ -159,6 +175,8 @@ def _parser() -> argparse.ArgumentParser:
                      "directory for text corpora (needs transformers)")
     sim.add_argument("--by", metavar="FIELD", help="also report per value of this metadata "
                                                    "field (e.g. task)")
+    sim.add_argument("--plot", metavar="PATH.png",
+                     help="plot the predicted speed-up against concurrency (matplotlib)")
     sw = sub.add_parser("sweep", help="rank a grid of settings",
                         description="Simulate a grid of settings (comma lists) in parallel "
                                     "and rank them by predicted speed-up (with a cost model) "
@@ -168,23 +186,72 @@ def _parser() -> argparse.ArgumentParser:
                     help="parallel processes (default: CPU count)")
     sw.add_argument("--top", type=int, metavar="K", help="print only the best K settings")
     sw.add_argument("--plot", metavar="PATH.png",
-                    help="plot tokens/step and speed-up against draft_token_num (matplotlib)")
+                    help="plot tokens/step and speed-up against draft_token_num, or against "
+                         "concurrency when several levels are given (matplotlib)")
+    cal = sub.add_parser("calibrate", help="measure a cost table for a transformers model",
+                         description="Measure forward times of a transformers causal LM on "
+                                     "this machine (KV cache of --context tokens per request, "
+                                     "--tokens query tokens under a draft-tree mask) and write "
+                                     "the cost table (batch,tokens,ms) for --cost-table.")
+    cal.add_argument("model", metavar="MODEL_DIR", help="a local transformers model directory")
+    cal.add_argument("--batch", default="1,4,16", metavar="LIST",
+                     help="batch sizes (default 1,4,16)")
+    cal.add_argument("--tokens", default="1,4,8,12", metavar="LIST",
+                     help="query tokens per request; 1 = plain decode (default 1,4,8,12)")
+    cal.add_argument("--context", type=int, default=1024, metavar="N",
+                     help="tokens in each request's KV cache (default 1024)")
+    cal.add_argument("--repeats", type=int, default=5, metavar="N",
+                     help="timed forwards per point; the median is kept (default 5)")
+    cal.add_argument("--warmup", type=int, default=2, metavar="N",
+                     help="untimed forwards before each point (default 2)")
+    cal.add_argument("--out", required=True, metavar="FILE.csv", help="where to write the table")
+    cal.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
+    cal.add_argument("--dtype", default=None,
+                     help="torch dtype (float32, bfloat16, float16, float64; default: the "
+                          "model's)")
+    cal.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
+    cal.add_argument("--threads", type=int, metavar="N",
+                     help="CPU threads for torch (default: torch's; 1 is steadier on a busy "
+                          "machine)")
+    cal.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="progress bar on stderr (default: when stderr is a terminal)")
     return ap
 
 
-def _cost_model(args: argparse.Namespace) -> CostModel | None:
+def _cost_model(args: argparse.Namespace) -> CostTable | CostModel | None:
+    """The cost given on the command line: a table (--cost-table), a flat model (--decode-ms,
+    --verify-ms) or a linear one (--step-ms, --token-ms); None without any."""
     given = {k: getattr(args, k) for k in ("decode_ms", "verify_ms", "step_ms", "token_ms")
              if getattr(args, k) is not None}
+    if args.draft_ms is not None and (args.draft_ms != args.draft_ms or args.draft_ms < 0
+                                      or args.draft_ms == float("inf")):
+        raise ValueError(f"--draft-ms must be a finite number of milliseconds >= 0, got "
+                         f"{args.draft_ms}")
+    if args.cost_table is not None:
+        if given:
+            raise ValueError("give either --cost-table or a model (--decode-ms/--verify-ms, "
+                             "--step-ms/--token-ms), not both")
+        return CostTable.read(args.cost_table, extrapolate=args.extrapolate)
+    if args.extrapolate:
+        raise ValueError("--extrapolate applies to --cost-table only")
     if not given:
         if args.draft_ms is not None:
-            raise ValueError("--draft-ms needs a cost model: --decode-ms and --verify-ms, or "
-                             "--step-ms and --token-ms")
+            raise ValueError("--draft-ms needs a cost model: --cost-table, --decode-ms and "
+                             "--verify-ms, or --step-ms and --token-ms")
         return None
     try:
         return CostModel(**given)
     except ValueError as e:
         raise ValueError(f"cost model: {e} (flags --decode-ms and --verify-ms, or --step-ms and "
                          "--token-ms)") from None
+
+
+def _cost_label(cost: CostTable | CostModel, args: argparse.Namespace) -> str:
+    if isinstance(cost, CostTable):
+        return f"cost table {os.path.basename(args.cost_table)}"
+    if cost.kind == "measured":
+        return f"decode {cost.decode_ms:g} ms, verify {cost.verify_ms:g} ms at every size"
+    return f"{cost.step_ms:g} ms + {cost.token_ms:g} ms per token"
 
 
 def _load(args: argparse.Namespace) -> tuple[list[dict], str]:
@@ -198,18 +265,10 @@ def _load(args: argparse.Namespace) -> tuple[list[dict], str]:
     return rows, label
 
 
-def verify_share(config: NgramConfig, share_steps_with_draft: float) -> float:
-    """Share of steps that need a verify forward: all of them for SGLang's modes (which send
-    their padded tree every step), the steps with a draft for ADAPTIVE (which may send none)."""
-    return share_steps_with_draft if config.match_type == "ADAPTIVE" else 1.0
-
-
-def _predict(model: CostModel, result: SimulationResult, draft_ms: float | None) -> Prediction:
-    return model.predict(result.tokens_per_step, draft_token_num=result.config.draft_token_num,
-                         concurrency=result.concurrency,
-                         draft_ms=result.draft_ms_per_step if draft_ms is None else draft_ms,
-                         verify_share=verify_share(result.config,
-                                                   result.summary.share_steps_with_draft))
+def _levels(args: argparse.Namespace, n_requests: int) -> list[tuple[int, int]]:
+    """(asked, run) per --concurrency level: levels above the number of requests run at that
+    number (at most that many requests can ever share a step); never allocated as asked."""
+    return [(c, min(c, n_requests)) for c in parse_concurrency(args.concurrency)]
 
 
 # --- simulate -----------------------------------------------------------------------------
@@ -227,14 +286,30 @@ def _config_line(cfg: NgramConfig) -> str:
                     if v is not None and not (k in beyond and v == defaults[k]))
 
 
+def _decoding_line(result: SimulationResult) -> str:
+    d = result.decoding
+    if d["kind"] == "greedy":
+        return ("decoding: greedy (no sampling fields): the accept lengths are SGLang's, "
+                "exactly")
+    sets = "; ".join(" ".join(f"{k}={v}" for k, v in st.items() if v is not None)
+                     for st in d["settings"][:3]) + ("; ..." if len(d["settings"]) > 3 else "")
+    head = (f"decoding: sampled ({sets})" if d["kind"] == "sampled" else
+            f"decoding: mixed ({d['greedy']} greedy, {d['sampled']} sampled: {sets})")
+    return (head + ": sampled accept lengths are one draw of their distribution, valid for "
+            "serving at the recorded settings with SGLang's default thresholds")
+
+
 def format_report(result: SimulationResult, *, by: str | None = None, source: str = "",
-                  prediction: Prediction | None = None) -> str:
-    """The readable report of one simulation (what ``ngramspec simulate`` prints)."""
+                  asked: int | None = None) -> str:
+    """The readable report of one simulation (what ``ngramspec simulate`` prints first)."""
     s = result.summary
+    clamp = (f" (asked {asked:,}; at most {result.concurrency} requests can share a step)"
+             if asked is not None and asked != result.concurrency else "")
     lines = [f"ngramspec simulate: {s.requests} requests, {int(result.output_lens.sum()):,} "
              f"output tokens{' from ' + source if source else ''}",
              f"config: {_config_line(result.config)}",
-             f"serving: concurrency {result.concurrency}, backend {result.backend}", ""]
+             f"serving: concurrency {result.concurrency}{clamp}, backend {result.backend}",
+             _decoding_line(result), ""]
     head = (f"{'group':<18} {'requests':>8} {'verify steps':>12} {'tokens/step':>11} "
             f"{'drafts/step':>11} {'steps with a draft':>18}")
     lines += [head, "-" * len(head)]
@@ -254,16 +329,52 @@ def format_report(result: SimulationResult, *, by: str | None = None, source: st
     lines += ["", f"drafting CPU time: {result.draft_ms_per_step * 1e3:.1f} µs per serving step "
               f"({result.batch_steps:,} steps); replay took {result.wall_seconds:.2f} s "
               f"({result.output_tokens_per_second:,.0f} output tokens/s)"]
-    if prediction is not None:
-        p = prediction
-        verdict = "faster" if p.speedup > 1 else "SLOWER" if p.speedup < 1 else "no change"
-        lines += ["", f"cost model: decode step {p.decode_step_ms:.3g} ms, verify step "
-                  f"{p.verify_step_ms:.3g} ms + drafting {p.draft_ms:.3g} ms",
-                  f"  without speculation: {p.baseline_tokens_per_s:8.1f} tokens/s per request",
-                  f"  with speculation:    {p.speculative_tokens_per_s:8.1f} tokens/s per request",
-                  f"  speed-up: {p.speedup:.2f}x ({verdict}); break-even at "
-                  f"{p.break_even_tokens_per_step:.2f} tokens/step, measured "
-                  f"{p.tokens_per_step:.2f}"]
+    return "\n".join(lines)
+
+
+def _table(cols: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    return (["  ".join(c.rjust(w) for c, w in zip(cols, widths)),
+             "  ".join("-" * w for w in widths)]
+            + ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows])
+
+
+def format_predictions(levels: list[tuple[int, SimulationResult, ServingPrediction | None]],
+                       cost_label: str = "") -> str:
+    """One row per concurrency level (asked, result, prediction) and, with a cost, the
+    verdict."""
+    with_cost = all(p is not None for _, _, p in levels)
+    cols = ["concurrency", "tokens/step", "steps"]
+    if with_cost:
+        cols += ["baseline steps", "tok/s with", "tok/s without", "speed-up",
+                 "TPOT ms mean/p50/p90", "(without)"]
+    rows = []
+    for asked, r, p in levels:
+        cells = [f"{asked:,}" + ("*" if asked != r.concurrency else ""),
+                 f"{r.tokens_per_step:.3f}", f"{r.batch_steps:,}"]
+        if p is not None:
+            t, b = p.tpot_ms, p.baseline_tpot_ms
+            word = "faster" if p.speed_up > 1 else "SLOWER" if p.speed_up < 1 else "same"
+            cells += [f"{p.baseline_steps:,}", f"{p.speculative_tokens_per_s:,.1f}",
+                      f"{p.baseline_tokens_per_s:,.1f}", f"{p.speed_up:.2f}x {word}",
+                      f"{t['mean']:.2f}/{t['p50']:.2f}/{t['p90']:.2f}",
+                      f"({b['mean']:.2f}/{b['p50']:.2f}/{b['p90']:.2f})"]
+        rows.append(cells)
+    lines = []
+    if with_cost:
+        draft = levels[0][2].draft_ms if levels else 0.0
+        lines.append(f"predicted serving ({cost_label}; drafting {draft:.3g} ms per step; "
+                     "prefill not modelled):")
+    else:
+        lines.append("per concurrency level (no cost given: --cost-table, or --decode-ms and "
+                     "--verify-ms, for the prediction):")
+    lines += _table(cols, rows)
+    if any(asked != r.concurrency for asked, r, _ in levels):
+        lines.append("* clamped to the number of requests")
+    if with_cost:
+        lines.append("tok/s: decode tokens of all requests / total time; TPOT: per request, "
+                     "its decode time / its decode tokens")
+        lines.append("verdict: " + verdict([p for _, _, p in levels]))
     return "\n".join(lines)
 
 
@@ -274,25 +385,51 @@ def _config_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     config = NgramConfig(**_config_options(args))
-    model = _cost_model(args)
+    cost = _cost_model(args)
+    if args.plot and cost is None:
+        raise ValueError("--plot draws the predicted speed-up: give a cost (--cost-table, or "
+                         "--decode-ms and --verify-ms)")
     rows, label = _load(args)
-    bar = ProgressBar("simulate", force=args.progress)
-    try:
-        result = simulate(rows, config, concurrency=args.concurrency, backend=args.backend,
-                          progress=bar, corpora=_corpora(args))
-    finally:
-        bar.close()
-    prediction = _predict(model, result, args.draft_ms) if model else None
-    out.write(format_report(result, by=args.by, source=label, prediction=prediction) + "\n")
+    levels = _levels(args, len(rows))
+    done: list[tuple[int, SimulationResult, ServingPrediction | None]] = []
+    corpora = _corpora(args)
+    for asked, c in levels:
+        bar = ProgressBar(f"simulate c={c}", force=args.progress)
+        try:
+            result = simulate(rows, config, concurrency=c, backend=args.backend, progress=bar,
+                              corpora=corpora)
+        finally:
+            bar.close()
+        pred = predict_serving(result, cost, draft_ms=args.draft_ms) if cost else None
+        done.append((asked, result, pred))
+    first = done[0][1]
+    out.write(format_report(first, by=args.by, source=label, asked=done[0][0]) + "\n")
+    if cost is not None or len(done) > 1:
+        out.write("\n" + format_predictions(done, _cost_label(cost, args) if cost else "")
+                  + "\n")
     if args.json:
-        report = result.to_dict(by=args.by)
-        if prediction is not None:
-            report["cost"] = prediction.to_dict()
+        report = first.to_dict(by=args.by)
+        if len(done) > 1:
+            report["levels"] = [{"concurrency": asked, "run_at": r.concurrency,
+                                 **r.summary.to_dict()} for asked, r, _ in done]
+        if cost is not None:
+            table = cost if isinstance(cost, CostTable) else None
+            report["cost_table"] = {"source": _cost_label(cost, args),
+                                    "points": table.points() if table else None,
+                                    "extrapolate": bool(args.extrapolate)}
+            report["prediction"] = [dict(p.to_dict(), concurrency=asked)
+                                    for asked, _, p in done]
+            report["verdict"] = verdict([p for _, _, p in done])
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f)
+    if args.plot:
+        _plot_concurrency({"": [(asked, p.speed_up) for asked, _, p in done]}, args.plot,
+                          _cost_label(cost, args))
+        out.write(f"plot written to {args.plot}\n")
     return 0
 
 
+<<<<<<< HEAD
 def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--corpus`` files read as documents (ids: the paths), with ``--tokenizer`` for text."""
     from .corpora import read_corpus
@@ -308,6 +445,40 @@ def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
                              "(pip install transformers)") from None
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
     return {path: read_corpus(path, tokenizer=tokenizer) for path in args.corpus}
+=======
+def _plot_concurrency(lines: dict[str, list[tuple[int, float]]], path: str,
+                      cost_label: str) -> None:
+    """Predicted speed-up against concurrency, one line per config."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, pts in lines.items():
+        pts = sorted(pts)
+        ax.plot([c for c, _ in pts], [s for _, s in pts], marker="o", label=label or None)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    cs = sorted({c for pts in lines.values() for c, _ in pts})
+    ax.set_xticks(cs)
+    ax.set_xticklabels([str(c) for c in cs])
+    ax.set_xlabel("concurrency (requests decoded together)")
+    ax.set_ylabel("predicted speed-up (x)")
+    ax.set_title(f"speculation vs plain decoding ({cost_label})", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if any(lines):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib: pip install 'ngramspec[plot]'") from None
+    return plt
+>>>>>>> main
 
 
 # --- sweep --------------------------------------------------------------------------------
@@ -319,16 +490,23 @@ def _init_worker(rows: list[dict]) -> None:
     _WORKER_ROWS[:] = rows
 
 
-def _run_one(job: tuple[dict, int, str]) -> dict:
-    options, concurrency, backend = job
+def _run_one(job: tuple) -> dict:
+    options, asked, concurrency, backend, cost, draft_ms = job
     r = simulate(_WORKER_ROWS, NgramConfig(**options), concurrency=concurrency, backend=backend)
     s = r.summary
-    return dict(options=options, concurrency=concurrency, tokens_per_step=s.tokens_per_step,
-                draft_nodes_per_step=s.draft_nodes_per_step,
-                share_steps_with_draft=s.share_steps_with_draft,
-                acceptance_by_depth=s.acceptance_by_depth,
-                draft_ms_per_step=r.draft_ms_per_step,
-                draft_token_num=r.config.draft_token_num, match_type=r.config.match_type)
+    out = dict(options=options, concurrency=asked, tokens_per_step=s.tokens_per_step,
+               draft_nodes_per_step=s.draft_nodes_per_step,
+               share_steps_with_draft=s.share_steps_with_draft,
+               acceptance_by_depth=s.acceptance_by_depth,
+               draft_ms_per_step=r.draft_ms_per_step,
+               draft_token_num=r.config.draft_token_num, match_type=r.config.match_type)
+    if cost is not None:
+        # Predicted in the worker: the per-request step counts need not travel back.
+        p = predict_serving(r, cost, draft_ms=draft_ms)
+        out.update(prediction=dict(p.to_dict(), concurrency=asked), speedup=p.speed_up,
+                   speculative_tokens_per_s=p.speculative_tokens_per_s,
+                   baseline_tokens_per_s=p.baseline_tokens_per_s)
+    return out
 
 
 def _parse_list(name: str, text: str, kind: Any) -> list:
@@ -338,31 +516,28 @@ def _parse_list(name: str, text: str, kind: Any) -> list:
     return [_parse_value(name, i, kind) for i in items]
 
 
-def _grid(args: argparse.Namespace) -> list[tuple[dict, int]]:
+def _grid(args: argparse.Namespace) -> list[dict]:
     axes: dict[str, list] = {}
     for f in _config_fields():
         text = getattr(args, f.name)
         if text is not None:
             axes[f.name] = _parse_list(f.name, text, _kind(f))
-    conc = _parse_list("concurrency", args.concurrency, int)
-    if min(conc) < 1:
-        raise ValueError(f"--concurrency values must be >= 1, got {conc}")
     grid = []
     for combo in itertools.product(*axes.values()):
         options = dict(zip(axes, combo))
         NgramConfig(**options)  # validate every point before running any
-        for c in conc:
-            grid.append((options, c))
+        grid.append(options)
     return grid
 
 
+def _options_label(options: dict, rows: list[dict]) -> str:
+    varied = [k for k in sorted({k for r in rows for k in r["options"]})
+              if len({r["options"].get(k) for r in rows}) > 1]
+    return ", ".join(f"{k}={options.get(k)}" for k in varied) or "default settings"
+
+
 def _plot(rows: list[dict], path: str, with_cost: bool, cost_label: str = "") -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("--plot needs matplotlib: pip install 'ngramspec[plot]'") from None
+    plt = _pyplot()
     varied = [k for k in sorted({k for r in rows for k in r["options"]})
               if k not in ("draft_token_num", "match_type")
               and len({r["options"].get(k) for r in rows}) > 1]
@@ -401,10 +576,13 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.top is not None and args.top < 1:
         raise ValueError(f"--top must be >= 1, got {args.top}")
-    model = _cost_model(args)
+    cost = _cost_model(args)
     grid = _grid(args)
+    conc = parse_concurrency(args.concurrency)
     rows, label = _load(args)
-    jobs = [(options, c, args.backend) for options, c in grid]
+    levels = [(c, min(c, len(rows))) for c in conc]
+    jobs = [(options, asked, c, args.backend, cost, args.draft_ms)
+            for options in grid for asked, c in levels]
     bar = ProgressBar("sweep", force=args.progress, delay=0.0)
     results: list[dict] = []
     t0 = time.perf_counter()
@@ -422,63 +600,65 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
                     bar(len(results), len(jobs))
     finally:
         bar.close()
+    key = "speedup" if cost is not None else "tokens_per_step"
+    by_config: dict[str, list[dict]] = {}
     for r in results:
-        if model is not None:
-            p = model.predict(r["tokens_per_step"], draft_token_num=r["draft_token_num"],
-                              concurrency=r["concurrency"],
-                              draft_ms=r["draft_ms_per_step"] if args.draft_ms is None
-                              else args.draft_ms,
-                              verify_share=verify_share(NgramConfig(**r["options"]),
-                                                        r["share_steps_with_draft"]))
-            r["speedup"] = p.speedup
-            r["speculative_tokens_per_s"] = p.speculative_tokens_per_s
-            r["break_even_tokens_per_step"] = p.break_even_tokens_per_step
-    key = "speedup" if model is not None else "tokens_per_step"
+        by_config.setdefault(_options_label(r["options"], results), []).append(r)
     results.sort(key=lambda r: -r[key])
     shown = results[:args.top] if args.top else results
     names = sorted({k for r in results for k in r["options"]})
-    if len({r["concurrency"] for r in results}) > 1:
+    if len(conc) > 1:
         names.append("concurrency")
     out.write(f"ngramspec sweep: {len(results)} settings on {len(rows)} requests from {label} "
               f"({time.perf_counter() - t0:.1f} s, {args.jobs} jobs); ranked by "
-              f"{'predicted speed-up' if model else 'tokens per verify step'}\n\n")
+              f"{'predicted speed-up' if cost else 'tokens per verify step'}\n\n")
     cols = ["rank"] + names + ["tokens/step", "drafts/step", "steps with a draft"]
-    if model is not None:
-        cols += ["speed-up", "tokens/s"]
+    if cost is not None:
+        cols += ["speed-up", "tok/s with", "tok/s without"]
     table = []
     for i, r in enumerate(shown, 1):
         cells = [str(i)] + [str(r["options"].get(n, r.get(n, "-"))) for n in names]
         cells += [f"{r['tokens_per_step']:.3f}", f"{r['draft_nodes_per_step']:.2f}",
                   _pct(r["share_steps_with_draft"])]
-        if model is not None:
-            cells += [f"{r['speedup']:.2f}x", f"{r['speculative_tokens_per_s']:.1f}"]
+        if cost is not None:
+            cells += [f"{r['speedup']:.2f}x", f"{r['speculative_tokens_per_s']:,.1f}",
+                      f"{r['baseline_tokens_per_s']:,.1f}"]
         table.append(cells)
-    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
-    out.write("  ".join(c.rjust(w) for c, w in zip(cols, widths)) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for t in table:
-        out.write("  ".join(c.rjust(w) for c, w in zip(t, widths)) + "\n")
-    if model is not None:
-        base = model.decode_step_ms(1)
-        out.write(f"\nwithout speculation: {1000 / base:.1f} tokens/s per request "
-                  f"(decode step {base:.3g} ms)\n")
+    out.write("\n".join(_table(cols, table)) + "\n")
+    if any(asked != c for asked, c in levels):
+        out.write(f"(concurrency above {len(rows)} requests runs at {len(rows)})\n")
+    if cost is not None:
+        out.write(f"\ncost: {_cost_label(cost, args)}; speed-up = baseline time / speculative "
+                  "time of the whole run at that concurrency (prefill not modelled)\n")
+        if len(conc) > 1:
+            ranked = sorted(by_config.items(), key=lambda kv: -max(r["speedup"] for r in kv[1]))
+            out.write("verdicts (best configs first):\n")
+            for name, rs in ranked[:args.top or 10]:
+                preds = [ServingPrediction(r["concurrency"], 0, 0, 1.0, r["speedup"],
+                                           r["speedup"], 0, 0.0) for r in rs]
+                out.write(f"  {name}: {verdict(preds)}\n")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"cost_model": dataclasses.asdict(model) if model else None,
+            json.dump({"cost_model": dataclasses.asdict(cost) if isinstance(cost, CostModel)
+                       else None,
+                       "cost_table": cost.points() if isinstance(cost, CostTable) else None,
                        "results": results}, f)
     if args.plot:
-        label = ""
-        if model is not None:
-            label = (f"decode {model.decode_ms:g} ms, verify {model.verify_ms:g} ms at every "
-                     "size" if model.kind == "measured" else
-                     f"{model.step_ms:g} ms + {model.token_ms:g} ms/token")
-        _plot(results, args.plot, model is not None, label)
+        label = _cost_label(cost, args) if cost is not None else ""
+        if len(conc) > 1 and cost is not None:
+            _plot_concurrency({name: [(r["concurrency"], r["speedup"]) for r in rs]
+                               for name, rs in by_config.items()}, args.plot, label)
+        else:
+            _plot(results, args.plot, cost is not None, label)
         out.write(f"plot written to {args.plot}\n")
     return 0
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Entry point of the ``ngramspec`` command; returns the exit status.
+
+    Every error is one line on stderr, ``ngramspec: error: ...``, and exit status 2; set
+    ``NGRAMSPEC_DEBUG=1`` to see the traceback of an unexpected one.
 
     Examples
     --------
@@ -491,8 +671,58 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     try:
         if args.command == "simulate":
             return _cmd_simulate(args, out)
+        if args.command == "calibrate":
+            return _cmd_calibrate(args, out)
         return _cmd_sweep(args, out)
+    except KeyboardInterrupt:
+        print("ngramspec: interrupted", file=sys.stderr)
+        return 130
     except (ValueError, TypeError, KeyError, StreamError, OSError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"ngramspec: error: {msg}", file=sys.stderr)
         return 2
+    except Exception as e:  # never a traceback: say what failed, in one line
+        if os.environ.get("NGRAMSPEC_DEBUG"):
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"ngramspec: error: {type(e).__name__}: {first} (unexpected; rerun with "
+              "NGRAMSPEC_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2
+
+
+def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
+    from .calibrate import measure
+
+    batch = parse_concurrency(args.batch, flag="--batch")
+    tokens = parse_concurrency(args.tokens, flag="--tokens")
+    for name, v in (("--context", args.context), ("--repeats", args.repeats)):
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    bar = ProgressBar("calibrate", force=args.progress, delay=0.0)
+    try:
+        points = measure(args.model, batch=batch, tokens=tokens, context=args.context,
+                          repeats=args.repeats, warmup=args.warmup, device=args.device,
+                          dtype=args.dtype, seed=args.seed, threads=args.threads,
+                          progress=bar)
+    finally:
+        bar.close()
+    table = CostTable([p[:3] for p in points], source=f"calibrated {args.model}")
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(table.to_csv())
+    out.write(f"cost table for {args.model} on {args.device} (context {args.context} tokens, "
+              f"median of {args.repeats}), written to {args.out}:\n")
+    cols = ["batch \\ tokens"] + [str(int(n)) for n in table.tokens]
+    rows = [[str(int(b))] + [f"{table.grid[i, j]:.3f}" for j in range(table.tokens.size)]
+            for i, b in enumerate(table.batches)]
+    out.write("\n".join(_table(cols, rows)) + "\n")
+    noisy = [(b, n, lo, hi) for b, n, _, lo, hi in points if hi > 1.5 * lo]
+    if noisy:
+        b, n, lo, hi = max(noisy, key=lambda p: p[3] / p[2])
+        out.write(f"warning: noisy timings at {len(noisy)} of {len(points)} points (e.g. batch "
+                  f"{b}, tokens {n}: {lo:.3g} to {hi:.3g} ms); other work on this machine? "
+                  "try --threads 1 or more --repeats\n")
+    out.write(f"use it: ngramspec simulate --cost-table {args.out} --concurrency "
+              f"{','.join(str(int(b)) for b in table.batches)}\n")
+    return 0

@@ -16,6 +16,11 @@ SGLang always sends its padded tree) runs those steps as plain decodes: with a s
 ``verify_share * verify_ms + (1 - verify_share) * decode_ms + draft_ms``, and that replaces
 ``verify_ms + draft_ms`` above.
 
+This is the per-request formula for one accept length.  The serving prediction at a
+concurrency, from measured forward times per batch and tree size and the simulated per-step
+batch composition, is :mod:`ngramspec.costs` (which treats these models as special cases of a
+cost table).
+
 Step times come either measured (``decode_ms``, and ``verify_ms`` for a verify forward of the
 tree size used) or from a linear model of a forward's time in the tokens it processes:
 ``step_ms + token_ms * tokens`` with ``concurrency`` tokens for a decode step and

@@ -37,7 +37,7 @@ import numpy as np
 
 from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
-from .streams import StreamSource, read_streams
+from .streams import StreamSource, describe_decoding, read_streams
 from .verify import verify_greedy
 
 __all__ = ["simulate", "SimulationResult", "Summary"]
@@ -178,6 +178,12 @@ class SimulationResult:
         return self.summary.verify_steps
 
     @property
+    def decoding(self) -> dict[str, Any]:
+        """How the streams were decoded (``streams.describe_decoding``): greedy streams give
+        SGLang's accept lengths exactly; sampled ones one draw of their distribution."""
+        return describe_decoding(self.metadata)
+
+    @property
     def draft_ms_per_step(self) -> float:
         """Drafting CPU time per serving-loop iteration (one batch's match + insert), ms."""
         return 1e3 * self.draft_seconds / max(self.batch_steps, 1)
@@ -225,7 +231,7 @@ class SimulationResult:
         """
         summary = self.summary.to_dict()
         summary.update(concurrency=self.concurrency, backend=self.backend,
-                       batch_steps=self.batch_steps,
+                       batch_steps=self.batch_steps, decoding=self.decoding["kind"],
                        output_tokens=int(self.output_lens.sum()),
                        draft_ms_per_step=self.draft_ms_per_step,
                        wall_seconds=self.wall_seconds,

@@ -20,10 +20,14 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
 __all__ = ["StreamError", "read_streams", "write_streams", "embedded_streams_path",
-           "validate_record", "REQUIRED_FIELDS"]
+           "validate_record", "REQUIRED_FIELDS", "SAMPLING_FIELDS", "decoding_of",
+           "describe_decoding"]
 
 #: Fields every record must have.
 REQUIRED_FIELDS = ("id", "prompt_ids", "output_ids")
+
+#: Optional fields recording how the outputs were sampled (absent or null: greedy).
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
 
 #: The corpus shipped with the package (see ``ngramspec/data/NOTICE.md``).
 EMBEDDED = "qwen2.5-coder-0.5b-greedy.jsonl.gz"
@@ -92,7 +96,65 @@ def validate_record(record: Any, where: str = "record") -> dict:
                 value, (str, bytes)):
             value = value.tolist()  # NumPy or Arrow arrays from a Parquet reader
         out[field] = _check_ids(value, field, where, allow_empty=empty)
+    _check_sampling(out, where)
     return out
+
+
+def _check_sampling(record: Mapping, where: str) -> None:
+    def number(name: str) -> float | None:
+        v = record.get(name)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or \
+                v in (float("inf"), float("-inf")):
+            raise StreamError(f"{where}: field {name!r} must be a finite number or null, got "
+                              f"{type(v).__name__} {v!r}")
+        return float(v)
+
+    t = number("temperature")
+    if t is not None and t < 0:
+        raise StreamError(f"{where}: field 'temperature' must be >= 0 (0 = greedy), got {t}")
+    p = number("top_p")
+    if p is not None and not 0 < p <= 1:
+        raise StreamError(f"{where}: field 'top_p' must be in (0, 1], got {p}")
+    k = record.get("top_k")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < -1):
+        raise StreamError(f"{where}: field 'top_k' must be an integer >= 1, or -1 or 0 for "
+                          f"no limit, got {k!r}")
+
+
+def decoding_of(record: Mapping) -> str:
+    """``"sampled"`` when a record says it was sampled (``temperature > 0`` and not
+    ``top_k = 1``), else ``"greedy"`` (the format's default: no sampling fields).
+
+    Examples
+    --------
+    >>> from ngramspec.streams import decoding_of
+    >>> decoding_of({"temperature": 0.7, "top_p": 0.9}), decoding_of({}), \\
+    ...     decoding_of({"temperature": 0.7, "top_k": 1})
+    ('sampled', 'greedy', 'greedy')
+    """
+    t = record.get("temperature")
+    if t is None or t == 0 or record.get("top_k") == 1:
+        return "greedy"
+    return "sampled"
+
+
+def describe_decoding(records: Iterable[Mapping]) -> dict[str, Any]:
+    """How a set of requests was decoded: ``{"kind": "greedy" | "sampled" | "mixed",
+    "greedy": n, "sampled": m, "settings": [distinct (temperature, top_p, top_k) of the
+    sampled ones, as dicts]}``."""
+    greedy, sampled, settings = 0, 0, []
+    for r in records:
+        if decoding_of(r) == "greedy":
+            greedy += 1
+            continue
+        sampled += 1
+        s = {k: r.get(k) for k in SAMPLING_FIELDS}
+        if s not in settings:
+            settings.append(s)
+    kind = "mixed" if greedy and sampled else "sampled" if sampled else "greedy"
+    return {"kind": kind, "greedy": greedy, "sampled": sampled, "settings": settings}
 
 
 def _open_text(path: Path) -> io.TextIOBase:

@@ -117,3 +117,144 @@ def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
     if arr.dtype.kind not in "fiu":
         raise TypeError(f"logits must be numeric, got dtype {arr.dtype}")
     return verify_greedy(drafts, arr.argmax(axis=-1))
+
+
+def _check_threshold(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0 (SGLang's default 1.0), got "
+                         f"{value!r}")
+    return float(value)
+
+
+def _check_probs(drafts: DraftBatch, target_probs) -> np.ndarray:
+    arr = np.asarray(target_probs)
+    b, n = drafts.tokens.shape
+    if arr.ndim == 2 and arr.shape[0] == b * n:
+        arr = arr.reshape(b, n, arr.shape[1])
+    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
+        raise ValueError(f"target_probs must have shape (batch, draft_token_num, vocab) = "
+                         f"({b}, {n}, V) or ({b * n}, V) with V > 0, got {arr.shape}")
+    if arr.dtype.kind != "f":
+        raise TypeError(f"target_probs must hold floating-point probabilities, got dtype "
+                        f"{arr.dtype}")
+    if not np.isfinite(arr).all():
+        idx = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+        raise ValueError(f"target_probs{list(idx)} is {arr[idx]}: probabilities must be finite")
+    if (arr < 0).any():
+        idx = tuple(int(i) for i in np.argwhere(arr < 0)[0])
+        raise ValueError(f"target_probs{list(idx)} = {arr[idx]} is negative")
+    sums = arr.sum(axis=2, dtype=np.float64)
+    tol = 1e-6 if arr.dtype == np.float64 else 1e-3
+    bad = np.abs(sums - 1.0) > tol
+    if bad.any():
+        i, j = (int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(f"target_probs[{i}, {j}] sums to {sums[i, j]:.6g}, not 1 (tolerance "
+                         f"{tol:g}): pass the target's distribution (softmax after temperature, "
+                         "top-k/top-p), not logits")
+    v = arr.shape[2]
+    kids = drafts.tokens[:, 1:]  # the root's token is never looked up
+    if kids.size and (kids.max() >= v or kids.min() < 0):
+        i, j = (int(x) for x in np.argwhere((kids >= v) | (kids < 0))[0])
+        j += 1
+        raise ValueError(f"draft token {int(drafts.tokens[i, j])} at [{i}, {j}] is outside the "
+                         f"vocabulary of target_probs (size {v})")
+    return arr.astype(np.float64, copy=False)
+
+
+def verify_sampling(drafts: DraftBatch, target_probs, *, rng: np.random.Generator,
+                    threshold_single: float = 1.0, threshold_acc: float = 1.0) -> VerifyResult:
+    """Tree verification of sampled requests, as SGLang's target-only rule (spec section 5.2).
+
+    Per request, from the root: one uniform coin ``u`` walks the children of the current slot
+    in sibling order (:attr:`DraftBatch.retrieve_next_sibling`), adding each child's target
+    probability ``q = target_probs[b, slot, token]`` to ``acc``; the first child with
+    ``u <= acc / threshold_acc`` or ``q >= threshold_single`` is accepted and the walk
+    descends into it with a new coin.  When no child is accepted, the rejected children's
+    tokens are removed from the current slot's distribution and the bonus token is drawn from
+    what remains, renormalised (no removal when every depth was accepted).  SGLang's token-0
+    padding slots are root children like any other: each adds ``p(0)`` to ``acc`` again, a
+    small bias towards token 0 that this reproduces.
+
+    With the default thresholds and distinct sibling tokens, a child is accepted with exactly
+    the probability that a fresh draw from the target equals its token, and the emitted tokens
+    follow the target's distribution.
+
+    Parameters
+    ----------
+    drafts : DraftBatch
+    target_probs : array_like
+        (B, n, V) (or SGLang's flat (B * n, V)) float: the target's distribution for the token
+        after each slot (softmax at temperature, after top-k/top-p); every row sums to 1.
+    rng : numpy.random.Generator
+        Source of the coins.
+    threshold_single, threshold_acc : float
+        SGLang's ``speculative_accept_threshold_single`` / ``_acc`` (default 1.0: lossless).
+
+    Returns
+    -------
+    VerifyResult
+        As :func:`verify_greedy`: accepted slots, accept lengths (drafts + bonus), emitted
+        tokens.
+
+    Examples
+    --------
+    >>> import numpy as np, ngramspec as ns
+    >>> d = ns.DraftBatch(np.array([[2, 4, 3]], dtype=np.int32),
+    ...                   np.array([[[1, 0, 0], [1, 1, 0], [1, 0, 1]]], dtype=bool),
+    ...                   np.array([2], dtype=np.int32))
+    >>> p = np.zeros((1, 3, 6)); p[0, 0, 3] = 1.0; p[0, 2, 5] = 1.0; p[0, 1, 1] = 1.0
+    >>> r = ns.verify_sampling(d, p, rng=np.random.default_rng(0))  # certain: 3, then 5
+    >>> r.accept_index.tolist(), r.accept_lens.tolist(), [e.tolist() for e in r.emitted]
+    ([[0, 2, -1]], [2], [[3, 5]])
+    """
+    if not isinstance(drafts, DraftBatch):
+        raise TypeError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    t_single = _check_threshold("threshold_single", threshold_single)
+    t_acc = _check_threshold("threshold_acc", threshold_acc)
+    probs = _check_probs(drafts, target_probs)
+    tokens = drafts.tokens
+    next_token = drafts.retrieve_next_token
+    next_sibling = drafts.retrieve_next_sibling
+    b, n = tokens.shape
+    accept_index = np.full((b, n), -1, dtype=np.int32)
+    accept_lens = np.zeros(b, dtype=np.int32)
+    emitted = []
+    for r in range(b):
+        accept_index[r, 0] = 0
+        cur, k, out = 0, 0, []
+        coin, acc = rng.random(), 0.0
+        rejected: dict[int, float] = {}  # per token, not summed (duplicate padding: once)
+        for _ in range(1, n):
+            child = next_token[r, cur]
+            while child != -1:
+                tok = int(tokens[r, child])
+                q = probs[r, cur, tok]
+                acc += q
+                if coin <= acc / t_acc or q >= t_single:
+                    k += 1
+                    accept_index[r, k] = child
+                    out.append(tok)
+                    cur, coin, acc, rejected = child, rng.random(), 0.0, {}
+                    break
+                rejected[tok] = q
+                child = next_sibling[r, child]
+            if child == -1:
+                break
+        dist = probs[r, cur].copy()
+        if k != n - 1:
+            for tok, q in rejected.items():
+                dist[tok] = max(dist[tok] - q, 0.0)
+        total = dist.sum()
+        if not total > 0:  # only reachable through rounding: fall back on the target
+            dist, total = probs[r, cur], probs[r, cur].sum()
+        cdf = np.cumsum(dist)
+        bonus = int(min(np.searchsorted(cdf, rng.random() * total, side="right"),
+                        dist.size - 1))
+        out.append(bonus)
+        accept_lens[r] = k + 1
+        emitted.append(np.asarray(out, dtype=np.int32))
+    return VerifyResult(accept_index, accept_lens, emitted)

@@ -44,7 +44,8 @@ def test_simulate_table_and_json(streams, tmp_path):
         assert f"  {task}" in text
     assert "speed-up" in text and "SLOWER" in text
     data = json.loads(report.read_text())
-    assert set(data) == {"config", "summary", "groups", "requests", "cost"}
+    assert set(data) == {"config", "summary", "groups", "requests", "cost_table", "prediction",
+                         "verdict"}
     assert data["config"]["match_type"] == "PROB" and data["config"]["draft_token_num"] == 8
     assert data["summary"]["tokens_per_step"] == want.tokens_per_step
     assert data["summary"]["concurrency"] == 2
@@ -52,7 +53,8 @@ def test_simulate_table_and_json(streams, tmp_path):
     for got, r in zip(data["requests"], want.emitted):
         assert all(isinstance(x, int) for x in got["emitted"])
         assert_array_equal(np.asarray(got["emitted"]), r)
-    assert data["cost"]["speedup"] < 1
+    assert data["prediction"][0]["concurrency"] == 2
+    assert data["prediction"][0]["speed_up"] < 1
 
 
 def test_simulate_default_corpus_limit():
