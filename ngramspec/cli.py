@@ -429,7 +429,6 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-<<<<<<< HEAD
 def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--corpus`` files read as documents (ids: the paths), with ``--tokenizer`` for text."""
     from .corpora import read_corpus
@@ -445,7 +444,8 @@ def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
                              "(pip install transformers)") from None
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
     return {path: read_corpus(path, tokenizer=tokenizer) for path in args.corpus}
-=======
+
+
 def _plot_concurrency(lines: dict[str, list[tuple[int, float]]], path: str,
                       cost_label: str) -> None:
     """Predicted speed-up against concurrency, one line per config."""
@@ -478,7 +478,6 @@ def _pyplot():
     except ImportError:
         raise ValueError("--plot needs matplotlib: pip install 'ngramspec[plot]'") from None
     return plt
->>>>>>> main
 
 
 # --- sweep --------------------------------------------------------------------------------
