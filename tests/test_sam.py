@@ -313,3 +313,32 @@ def test_corpus_module_docstring_examples(name):
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
     assert result.attempted > 0
+
+
+def test_docs_corpora_example_runs_and_prints_what_it_says():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "corpora.md").read_text()
+    block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    lines = block.splitlines()
+    scope: dict = {}
+    checked = 0
+    pending = ""
+    for line in lines:
+        code, _, comment = line.partition("#")
+        pending += code + "\n"
+        try:
+            compiled = compile(pending, "docs/corpora.md", "exec")
+        except SyntaxError:
+            continue  # a statement over several lines
+        pending = ""
+        exec(compiled, scope)
+        value = comment.strip()
+        if code.strip().startswith("cache.match"):
+            assert str(scope["cache"].match([[1, 2]]).tokens.tolist()) == value
+            checked += 1
+        elif code.strip() == "cache.corpora()":
+            assert value.startswith(str(scope["cache"].corpora()))
+            checked += 1
+    assert checked == 2
