@@ -342,3 +342,28 @@ def test_docs_corpora_example_runs_and_prints_what_it_says():
             assert value.startswith(str(scope["cache"].corpora()))
             checked += 1
     assert checked == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cache_from_sglang_args_loads_the_corpus_path(backend, tmp_path):
+    from ngramspec.corpora import cache_from_sglang_args
+
+    path = tmp_path / "c.jsonl"
+    path.write_text("[1, 2, 3, 9, 9]\n[7, 1, 2, 5]\n")
+    args = {"--speculative-ngram-max-trie-depth": 4, "--speculative-num-draft-tokens": 6,
+            "--speculative-ngram-max-bfs-breadth": 3,
+            "--speculative-ngram-external-sam-budget": 2,
+            "--speculative-ngram-external-corpus-path": str(path)}
+    cache = cache_from_sglang_args(args, backend=backend)
+    assert cache.corpora() == {str(path): 10}
+    cache.insert([[1, 2, 3, 4]])
+    assert cache.match([[1, 2]]).tokens.tolist() == [[2, 5, 3, 4, 0, 0]]
+    # As SGLang's start-up reader: a file over the cap is refused whole.
+    with pytest.raises(ValueError, match="more than external_corpus_max_tokens"):
+        cache_from_sglang_args({**args, "speculative_ngram_external_corpus_max_tokens": 9},
+                               backend=backend)
+    path.write_text('"some text"\n')
+    with pytest.raises(ValueError, match="pass a tokenizer"):
+        cache_from_sglang_args(args, backend=backend)
+    assert cache_from_sglang_args({**args, "speculative_ngram_external_corpus_path": None},
+                                  backend=backend).corpora() == {}
