@@ -19,8 +19,9 @@ _ADAPTIVE_MAX_DRAFT = 256
 PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
 
 _INT32_MAX = 2**31 - 1
-# Corpus tokens across a cache's corpora: automaton states are int32 (at most 2 per token).
-_MAX_CORPUS_TOKENS = 2**30
+# Corpus tokens across a cache's corpora: automaton states and edges are int32 ids (at most
+# 2 states and 3 edges per token).
+_MAX_CORPUS_TOKENS = 2**29
 
 # Fields that exist in one profile only, and their defaults there (SGLang's server defaults).
 # draft_token_num is shared but resolved per profile (see NgramConfig).

@@ -251,6 +251,7 @@ def test_bad_corpus_input_is_refused_and_changes_nothing(backend, call, exc, mat
     (dict(external_sam_budget=6), r"external_sam_budget must be in \[0, draft_token_num - 1"),
     (dict(external_sam_budget=-1), r"external_sam_budget must be in"),
     (dict(external_corpus_max_tokens=0), "external_corpus_max_tokens must be in"),
+    (dict(external_corpus_max_tokens=2**29 + 1), r"external_corpus_max_tokens must be in \[1, "),
     (dict(external_sam_budget=2, match_type="ADAPTIVE"), "match_type 'BFS' or 'PROB' only"),
 ])
 def test_bad_corpus_settings(kw, match):
