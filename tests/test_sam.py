@@ -368,3 +368,20 @@ def test_cache_from_sglang_args_loads_the_corpus_path(backend, tmp_path):
         cache_from_sglang_args(args, backend=backend)
     assert cache_from_sglang_args({**args, "speculative_ngram_external_corpus_path": None},
                                   backend=backend).corpora() == {}
+
+
+@pytest.mark.parametrize("prob", [False, True])
+def test_flat_automaton_wide_states_equal_reference(prob):
+    """States with more children than the in-place sort handles (a sort by argsort)."""
+    rng = np.random.default_rng(7)
+    docs = [[5, int(t), int(u)] for t, u in rng.integers(-40, 60, size=(300, 2))]
+    stream = corpus_stream(docs)
+    ref = SuffixAutomaton.build(stream.tolist())
+    flat = FlatAutomaton.build(stream, prob=prob)
+    ctx = [np.asarray([5], np.int32), np.asarray([9, 5], np.int32), np.asarray([3], np.int32)]
+    kw = dict(max_depth=4, min_breadth=2, max_breadth=40, prob=prob)
+    r_tok, r_mask = ref.draft_batch(ctx, 30, **kw)
+    f_tok, f_mask = flat.draft_batch(ctx, 30, **kw)
+    np.testing.assert_array_equal(f_tok, r_tok)
+    np.testing.assert_array_equal(f_mask, r_mask)
+    assert flat.max_kids > 16

@@ -31,6 +31,7 @@ from ..stdorder import HASHTABLE_BUCKET_COUNTS
 __all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
+_SMALL = 16  # child ranges up to this size are sorted in place
 _BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 
 
@@ -195,12 +196,22 @@ def _build_kernel(stream, prob):
             l_dst[j] = e_dst[e]
             j += 1
             e = e_next[e]
-        if hi - lo > 1:
+        if hi - lo > _SMALL:
             idx = np.argsort(l_tok[lo:hi], kind="mergesort")
             st = l_tok[lo:hi][idx]
             sd = l_dst[lo:hi][idx]
             l_tok[lo:hi] = st
             l_dst[lo:hi] = sd
+        else:  # most states have a few children: insertion sort, no allocation
+            for a in range(lo + 1, hi):
+                t, d = l_tok[a], l_dst[a]
+                j = a - 1
+                while j >= lo and l_tok[j] > t:
+                    l_tok[j + 1] = l_tok[j]
+                    l_dst[j + 1] = l_dst[j]
+                    j -= 1
+                l_tok[j + 1] = t
+                l_dst[j + 1] = d
         first = lo
         if hi > lo and l_tok[lo] == SEPARATOR:
             first = lo + 1
@@ -209,15 +220,27 @@ def _build_kernel(stream, prob):
             max_kids = nk
         if nk == 0:
             continue
-        keys = np.empty(nk, np.int64)
-        for m in range(nk):
-            d = l_dst[first + m]
-            keys[m] = -occ[d] if prob else -last_end[d]
-        # Stable: equal counts keep the ascending token order of the range.
-        idx = np.argsort(keys, kind="mergesort")
-        for m in range(nk):
-            c_tok[lo + m] = l_tok[first + idx[m]]
-            c_dst[lo + m] = l_dst[first + idx[m]]
+        if nk > _SMALL:
+            keys = np.empty(nk, np.int64)
+            for m in range(nk):
+                d = l_dst[first + m]
+                keys[m] = -occ[d] if prob else -last_end[d]
+            # Stable: equal counts keep the ascending token order of the range.
+            idx = np.argsort(keys, kind="mergesort")
+            for m in range(nk):
+                c_tok[lo + m] = l_tok[first + idx[m]]
+                c_dst[lo + m] = l_dst[first + idx[m]]
+        else:  # stable insertion sort by the key, from the token order
+            for m in range(nk):
+                t, d = l_tok[first + m], l_dst[first + m]
+                key = occ[d] if prob else last_end[d]
+                j = lo + m - 1
+                while j >= lo and (occ[c_dst[j]] if prob else last_end[c_dst[j]]) < key:
+                    c_tok[j + 1] = c_tok[j]
+                    c_dst[j + 1] = c_dst[j]
+                    j -= 1
+                c_tok[j + 1] = t
+                c_dst[j + 1] = d
     return (off, l_tok, l_dst, c_tok, c_dst, length[:n_states].copy(),
             link[:n_states].copy(), occ[:n_states].copy(), max_kids)
 
