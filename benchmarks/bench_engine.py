@@ -18,7 +18,7 @@ def _steps(concurrency):
 class Match:
     """Stateful match of one serving step, on a trie built by replaying the streams."""
 
-    params = (["BFS", "PROB"], [1, 8, 64])
+    params = (["BFS", "PROB"], [1, 8, 48, 64])
     param_names = ["match_type", "batch"]
 
     def setup(self, match_type, batch):
@@ -65,3 +65,20 @@ class BulkInsert:
 
     def peakmem_bulk_insert(self):
         ns.NgramCache(**DEFAULTS, capacity=1_000_000).insert([self.seq])
+
+
+class Memory:
+    """Bytes per trie node after a bulk insert of 100,000 tokens (the figure compare_sglang.py
+    sets beside SGLang's)."""
+
+    def setup(self):
+        self.seq = bulk_sequence(load_rows(), 100_000)
+
+    def track_bytes_per_node(self):
+        from .compare_sglang import _nbytes
+
+        cache = ns.NgramCache(**DEFAULTS, capacity=2_000_000)
+        cache.insert([self.seq])
+        return _nbytes(cache) / len(cache)
+
+    track_bytes_per_node.unit = "bytes"

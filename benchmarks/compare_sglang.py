@@ -98,6 +98,12 @@ def bulk_sequence(rows, n=100_000):
     return np.asarray((toks * reps)[:n], np.int32)
 
 
+def _nbytes(cache) -> int:
+    """Bytes of the cache's trie arrays (the public ``nbytes`` where the cache has one)."""
+    n = getattr(cache, "nbytes", None)
+    return int(n) if n is not None else int(cache._backend.nbytes)
+
+
 def rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -167,7 +173,7 @@ def main() -> None:
           f"{a / b:.2f} |")
 
     nodes = len(c)
-    mine = c._backend.trie.nbytes / nodes
+    mine = _nbytes(c) / nodes
     before = rss()
     p = peer.SglangPeer(**dict(DEFAULTS, capacity=nodes + 1))
     p.insert([seq])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["jit", "OPTIONS"]
+__all__ = ["jit", "jit_inline", "OPTIONS"]
 
 # Serial kernels: cached on disk, and free of the GIL so that caches in other threads run.
 OPTIONS = dict(cache=os.environ.get("NGRAMSPEC_NUMBA_CACHE", "1") != "0", nogil=True,
@@ -24,3 +24,11 @@ def jit(fn):
     import numba
 
     return numba.njit(**OPTIONS)(fn)
+
+
+def jit_inline(fn):
+    """:func:`jit`, inlined into its callers at Numba's IR level: for helpers on hot paths that
+    take bundles (LLVM alone does not inline them, and a call costs the bundle's unpacking)."""
+    import numba
+
+    return numba.njit(inline="always", **OPTIONS)(fn)

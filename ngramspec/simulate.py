@@ -342,64 +342,20 @@ def _compiled_loop_covers(config: NgramConfig) -> bool:
             and exact)
 
 
-def _pack(seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    off = np.zeros(len(seqs) + 1, np.int64)
-    np.cumsum([s.size for s in seqs], out=off[1:])
-    flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
-    return np.ascontiguousarray(flat, dtype=np.int32), off
-
-
 def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
                      progress: ProgressFn | None):
-    from .engine.backend import _BUCKET_COUNTS  # imports numba: only when simulating
-    from .engine.replay import (DONE, L_LEFT, L_NRUN, L_STEPS, LOOP_SIZE, NEED_ROOM, PAUSED,
-                                replay_kernel)
-    from .engine.trie import TrieArrays
+    from .engine.replay import DONE, NEED_ROOM, PAUSED, Replay  # imports numba: only here
 
-    p_flat, p_off = _pack(prompts)
-    o_flat, o_off = _pack(outputs)
-    n_req = len(prompts)
-    depth = config.max_trie_depth
-    trie = TrieArrays(config.capacity)
-    rows = concurrency
-    st_epoch = np.zeros(rows, np.int64)
-    st_ptl = np.zeros(rows, np.int64)
-    st_n = np.zeros(rows, np.int32)
-    st_node = np.full((rows, depth), -1, np.int32)
-    st_ver = np.zeros((rows, depth), np.int64)
-    loop = np.zeros(LOOP_SIZE, np.int64)
-    loop[L_LEFT] = sum(max(o.size - 1, 0) for o in outputs)
-    pc_node = np.zeros((rows, depth, depth), np.int32)
-    pc_ver = np.zeros((rows, depth, depth), np.int64)
-    pc_start = np.zeros(rows, np.int64)
-    pc_len = np.zeros(rows, np.int64)
-    run_req = np.zeros(concurrency, np.int64)
-    run_row = np.zeros(concurrency, np.int64)
-    free_rows = np.arange(concurrency - 1, -1, -1, dtype=np.int64)
-    out_len = np.zeros(n_req, np.int64)
-    # Request r has at most len(output) - 1 verify steps (each emits at least one token).
-    em_off = np.zeros(n_req + 1, np.int64)
-    np.cumsum([max(o.size - 1, 0) for o in outputs], out=em_off[1:])
-    em_steps = np.zeros(n_req, np.int64)
-    em_count = np.zeros(int(em_off[-1]), np.int32)
-    em_drafts = np.zeros(int(em_off[-1]), np.int32)
-    total_tokens = int(o_off[-1])
+    replay = Replay(prompts, outputs, config, concurrency)
+    total_tokens = sum(int(o.size) for o in outputs)
     cpu = 0.0
     chunk = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
     first = True  # the first call admits only (max_steps 0): it compiles or loads the kernel
     wall = 0.0
     while True:
-        t = trie
         c0 = time.thread_time()
         w0 = time.perf_counter()
-        code = replay_kernel(
-            p_flat, p_off, o_flat, o_off, concurrency, depth, config.min_bfs_breadth,
-            config.max_bfs_breadth, config.budget, config.match_type == "PROB", config.capacity,
-            t.tok, t.par, t.freq, t.ver, t.c_head, t.c_next, t.c_prev, t.nchild, t.g_next,
-            t.g_prev, t.free, t.ht_key, t.ht_val, t.meta, st_epoch, st_ptl, st_n, st_node,
-            st_ver, _BUCKET_COUNTS, loop, run_req, run_row, free_rows, out_len, em_off,
-            em_steps, em_count, em_drafts, pc_node, pc_ver, pc_start, pc_len,
-            0 if first else chunk)
+        code = replay.run(0 if first else chunk)
         if first:
             first = False
         else:
@@ -408,21 +364,16 @@ def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
         if code == DONE:
             break
         if code == NEED_ROOM:
-            need = int(loop[L_NRUN]) * depth * (depth + 1) // 2
-            from .engine.trie import M_FREETOP, M_UNUSED
-            while (trie.alloc < trie.capacity and trie.meta[M_FREETOP] + trie.alloc
-                   - trie.meta[M_UNUSED] < need):
-                trie.grow()
+            replay.make_room()
         elif code == PAUSED:
             if progress is not None:
-                progress(int(out_len.sum()), total_tokens)
+                progress(replay.tokens_done, total_tokens)
         else:
             raise AssertionError(f"replay kernel failed with code {code}")
     if progress is not None:
         progress(total_tokens, total_tokens)
-    emitted = [em_count[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
-    drafts = [em_drafts[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
-    return emitted, drafts, cpu, int(loop[L_STEPS]), wall
+    emitted, drafts = replay.per_request()
+    return emitted, drafts, cpu, replay.steps, wall
 
 
 def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.ndarray:

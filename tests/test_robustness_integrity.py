@@ -147,8 +147,10 @@ def _corrupt_freq_sum(t):
     t.freq[c] = t.freq[v] + 1
 
 
-def _corrupt_nchild(t):
-    t.nchild[0] += 1
+def _corrupt_c_head(t):
+    # A leaf claims a child that belongs to another parent.
+    leaf = int(t.meta[2])
+    t.c_head[leaf] = int(t.c_head[0])
 
 
 def _corrupt_c_prev(t):
@@ -171,19 +173,31 @@ def _corrupt_lru_tail(t):
 
 
 def _corrupt_table(t):
-    used = np.flatnonzero(t.ht_key != -1)
-    t.ht_key[used[0]] = -1
-    t.ht_val[used[0]] = -1
+    used = np.flatnonzero(t.ht != -1)
+    t.ht[used[0]] = -1
 
 
 def _corrupt_table_value(t):
-    used = np.flatnonzero(t.ht_key != -1)
-    t.ht_val[used[0]], t.ht_val[used[1]] = t.ht_val[used[1]], t.ht_val[used[0]]
+    used = np.flatnonzero(t.ht != -1)
+    t.ht[used[0]], t.ht[used[1]] = t.ht[used[1]], t.ht[used[0]]
+
+
+def _corrupt_table_duplicate(t):
+    # One node entered twice, another lost: the entry count still matches.
+    used = np.flatnonzero(t.ht != -1)
+    t.ht[used[0]] = t.ht[used[1]]
 
 
 def _corrupt_free_stack(t):
-    t.free[0] = 0
+    from ngramspec.engine.trie import M_FREEHEAD
+    t.g_next[0] = -1
+    t.meta[M_FREEHEAD] = 0  # the root handed back as a free slot
     t.meta[4] += 1
+    t.meta[0] -= 1
+
+
+def _corrupt_free_count(t):
+    t.meta[4] += 1  # more free slots claimed than the list holds
     t.meta[0] -= 1
 
 
@@ -197,9 +211,11 @@ def _corrupt_sibling_tokens(t):
 
 
 @pytest.mark.parametrize("damage", [_corrupt_parent, _corrupt_freq, _corrupt_freq_sum,
-                                    _corrupt_nchild, _corrupt_c_prev, _corrupt_lru_order,
+                                    _corrupt_c_head, _corrupt_c_prev, _corrupt_lru_order,
                                     _corrupt_lru_tail, _corrupt_table, _corrupt_table_value,
-                                    _corrupt_free_stack, _corrupt_size, _corrupt_sibling_tokens])
+                                    _corrupt_table_duplicate, _corrupt_free_stack,
+                                    _corrupt_free_count, _corrupt_size,
+                                    _corrupt_sibling_tokens])
 def test_engine_integrity_detects_damage(damage):
     cache = _engine_with_content()
     damage(cache._backend.trie)
@@ -211,7 +227,7 @@ def test_engine_integrity_detects_bad_states():
     cache = _engine_with_content()
     b = cache._backend
     row = b._rows["r"]
-    b.st_n[row] = cache.config.trie_depth + 1
+    b.named_states.n[row] = cache.config.trie_depth + 1
     with pytest.raises(ns.IntegrityError, match="match state"):
         cache.check_integrity()
     cache = _engine_with_content()

@@ -8,13 +8,24 @@ push order ascending): all keys differ, so any correct heap pops in the referenc
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 from .._jit import jit
 from .tree import _map_get, _map_insert, _tree_reset, fill_result
 from .match import window_anchors
+from .trie import Trie
 
-__all__ = ["adaptive_scratch", "draft_adaptive"]
+__all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive"]
+
+#: Work arrays of one ADAPTIVE tree: anchors, the tree (as in :data:`~.tree.Scratch`) with
+#: ``t_prob`` per node, ``slot_parent``, the top-children list ``k_p``/``k_node`` and the
+#: candidate heap ``h_p``/``h_o``/``h_par``/``h_node`` (probability, push order, tree parent,
+#: trie node).
+AdaptiveScratch = namedtuple("AdaptiveScratch", "a_nodes a_depths t_tok t_head t_next t_cnt "
+                                                "t_bc order t_prob slot_parent k_p k_node h_p "
+                                                "h_o h_par h_node")
 
 
 @jit
@@ -28,7 +39,8 @@ def adaptive_scratch(budget, max_depth):
     """
     n = budget + 1
     cap = (2 * budget + 2) * budget + 16
-    return (np.empty(max_depth, np.int32), np.empty(max_depth, np.int32),  # anchors
+    return AdaptiveScratch(
+            np.empty(max_depth, np.int32), np.empty(max_depth, np.int32),  # anchors
             np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32),  # tree
             np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
             np.empty(n, np.float64), np.empty(n, np.int32),  # t_prob, slot parents
@@ -74,12 +86,12 @@ def _heap_pop(h_p, h_o, h_par, h_node, size):
 
 
 @jit
-def _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, c_next, nchild,
-                   ht_key, ht_val, bucket_counts, sc, used):
+def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, sc, used):
     (a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
      h_p, h_o, h_par, h_node) = sc
+    tok, freq, c_head, c_next = t.tok, t.freq, t.c_head, t.c_next
     # Every context suffix up to the trie depth: 0.5.9's window rule with the window 1..depth.
-    count = window_anchors(ctx, 1, max_depth, nchild, ht_key, ht_val, a_nodes, a_depths)
+    count = window_anchors(ctx, 1, max_depth, t, a_nodes, a_depths)
     for a in range(count):
         d = a_depths[a]
         limit = budget
@@ -145,22 +157,21 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, 
 
 
 @jit
-def draft_adaptive(ctx, max_depth, budget, min_prob, factor, min_expected, has_local,
-                   l_tok, l_freq, l_c_head, l_c_next, l_nchild, l_ht_key, l_ht_val,
-                   tok, freq, c_head, c_next, nchild, ht_key, ht_val, bucket_counts, sc,
-                   out_tokens, out_mask, out_prob):
-    """One request's ADAPTIVE tree, laid out in SGLang's format; returns the drafted count."""
-    t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, slot_parent = (
-        sc[2], sc[3], sc[4], sc[5], sc[6], sc[7], sc[8], sc[9])
+def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask, out_prob):
+    """One request's ADAPTIVE tree from the named tries ``local`` (searched first; None: no
+    local trie) and ``shared``, laid out in SGLang's format; returns the drafted count.
+    ``params``: ``(max_depth, budget, min_prob, factor, min_expected)``."""
+    max_depth, budget, min_prob, factor, min_expected = params
+    t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob = (sc.t_tok, sc.t_head, sc.t_next,
+                                                         sc.t_cnt, sc.t_bc, sc.order, sc.t_prob)
     _tree_reset(t_head, t_cnt, t_bc)
     t_prob[0] = 1.0
     used = 0
-    if has_local:
-        used = _expand_source(ctx, max_depth, budget, min_prob, factor, l_tok, l_freq,
-                              l_c_head, l_c_next, l_nchild, l_ht_key, l_ht_val, bucket_counts,
+    if local is not None:
+        used = _expand_source(ctx, max_depth, budget, min_prob, factor, local, bucket_counts,
                               sc, used)
-    used = _expand_source(ctx, max_depth, budget, min_prob, factor, tok, freq, c_head, c_next,
-                          nchild, ht_key, ht_val, bucket_counts, sc, used)
+    used = _expand_source(ctx, max_depth, budget, min_prob, factor, shared, bucket_counts, sc,
+                          used)
     if used > 0:
         total = 0.0  # summed as the reference does: the probabilities, then 1 + the sum
         for i in range(1, used + 1):
@@ -169,9 +180,21 @@ def draft_adaptive(ctx, max_depth, budget, min_prob, factor, min_expected, has_l
             _tree_reset(t_head, t_cnt, t_bc)
             used = 0
     n = budget + 1
-    fill_result(ctx[ctx.size - 1], n, t_tok, t_head, t_next, order, slot_parent, out_tokens,
-                out_mask)
+    fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
     out_prob[0] = 1.0
     for s in range(1, n):
         out_prob[s] = t_prob[order[s - 1]] if s <= used else 0.0
     return used
+
+
+@jit
+def draft_adaptive(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
+                   out_prob):
+    """:func:`draft_tree` called from Python: ``local``/``shared`` are plain trie bundles
+    (:attr:`~.trie.TrieArrays.bundle`; ``local`` None: no local trie), ``sc`` an
+    :func:`adaptive_scratch`."""
+    if local is None:
+        return draft_tree(ctx, params, None, Trie(*shared), bucket_counts, sc, out_tokens,
+                          out_mask, out_prob)
+    return draft_tree(ctx, params, Trie(*local), Trie(*shared), bucket_counts, sc, out_tokens,
+                      out_mask, out_prob)

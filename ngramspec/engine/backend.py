@@ -2,118 +2,105 @@
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Hashable, Sequence
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
+from .._canonical import CanonicalContent
 from ..config import NgramConfig
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
-from .match import match_anchors, window_anchors
-from .tree import build_bfs_scheduled, build_prob, fill_result
+from .match import States, match_anchors, new_states, window_anchors
+from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .adaptive import adaptive_scratch, draft_adaptive
-from .trie import M_SIZE, TrieArrays, insert_counted_kernel, insert_kernel
+from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel
 
 __all__ = ["EngineBackend"]
 
 _BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 
 
-@jit
-def _draft_scratch(budget, max_depth, max_b):
-    """Work arrays for drafting one request at a time (reused across a batch).
-
-    ``max_depth`` bounds the anchors per request (trie depth; 0.5.9 has fewer windows).
-    """
-    n = budget + 1
-    heap_cap = max_b * max_depth * (n + 1) + 1
-    return (np.empty(max_depth, np.int32), np.empty(max_depth, np.int32),
-            np.empty(max_depth, np.int32),
-            np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32),
-            np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
-            np.empty(n + 1, np.int32), np.empty(n + 1, np.float64), np.empty(n + 1, np.int32),
-            np.empty(n, np.int32),
-            np.empty(heap_cap, np.float64), np.empty(heap_cap, np.int32),
-            np.empty(heap_cap, np.int32), np.empty(max_b, np.int32))
-
-
-@jit
-def _draft(ctx, count, top, steps, min_b, max_b, budget, prob_mode, tok, freq, c_head, c_next,
-           bucket_counts, sc, out_tokens, out_mask):
+@jit_inline
+def _draft(ctx, count, top, steps, params, t, sc, bucket_counts, out_tokens, out_mask):
     """Build one request's tree from the ``count`` anchors in ``sc`` and lay it out; returns
     the drafted node count.  ``top``/``steps``: the BFS breadth schedule
     (:func:`~ngramspec.engine.tree.build_bfs_scheduled`)."""
-    (_, a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order, q_par, q_breadth, q_node,
-     slot_parent, h_p, h_par, h_node, k_node) = sc
+    _, min_b, max_b, budget, prob_mode = params
     if prob_mode:
-        used = build_prob(a_nodes, count, budget, max_b, tok, freq, c_head, c_next, t_tok,
-                          t_head, t_next, t_cnt, t_bc, bucket_counts, order, k_node, h_p,
-                          h_par, h_node)
+        used = build_prob(count, budget, max_b, t, sc, bucket_counts)
     else:
-        used = build_bfs_scheduled(a_nodes, a_depths, count, budget, top, steps, min_b, max_b,
-                                   tok, c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc,
-                                   bucket_counts, order, q_par, q_breadth, q_node)
-    fill_result(ctx[ctx.size - 1], budget + 1, t_tok, t_head, t_next, order, slot_parent,
-                out_tokens, out_mask)
+        used = build_bfs_scheduled(count, budget, top, steps, min_b, max_b, t, sc,
+                                   bucket_counts)
+    fill_result(ctx[ctx.size - 1], budget + 1, sc, out_tokens, out_mask)
     return used
 
 
 @jit
-def _match_batch(flat, offsets, state_rows, total_lens, stateless, max_depth, min_b, max_b,
-                 budget, prob_mode, tok, freq, ver, c_head, c_next, nchild, ht_key, ht_val, meta,
-                 st_epoch, st_ptl, st_n, st_node, st_ver, bucket_counts, out_tokens, out_mask,
-                 out_num):
+def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, states,
+                bucket_counts, out_tokens, out_mask, out_num):
     """SGLang 0.5.23's ``batchMatch``: stateful (or, with ``stateless``, fresh) anchors per
-    request, one shared-budget tree each, in batch order."""
-    sc = _draft_scratch(budget, max_depth, max_b)
-    scratch, a_nodes, a_depths = sc[0], sc[1], sc[2]
+    request, one shared-budget tree each, in batch order.  ``params``: ``(max_depth, min_b,
+    max_b, budget, prob_mode)``; ``trie``/``states``: plain bundles."""
+    t = Trie(*trie)
+    st = States(*states)
+    max_depth, _, max_b, budget, _ = params
+    sc = new_scratch(budget, max_depth, max_b)
     mmd = max(1, max_depth - 1)
     for b in range(offsets.size - 1):
         ctx = flat[offsets[b]:offsets[b + 1]]
         row = state_rows[b]
         total = total_lens[b]
         if stateless:
-            st_epoch[row] = 0
-            st_ptl[row] = 0
-            st_n[row] = 0
+            st.epoch[row] = 0
+            st.ptl[row] = 0
+            st.n[row] = 0
             total = ctx.size
-        count = match_anchors(ctx, total, row, max_depth, ver, nchild, ht_key, ht_val, meta,
-                              st_epoch, st_ptl, st_n, st_node, st_ver, scratch, a_nodes,
-                              a_depths)
-        out_num[b] = _draft(ctx, count, mmd, mmd, min_b, max_b, budget, prob_mode, tok, freq,
-                            c_head, c_next, bucket_counts, sc, out_tokens[b], out_mask[b])
-
-
-@jit
-def _match_batch_windows(flat, offsets, min_w, max_w, max_depth, min_b, max_b, budget,
-                         prob_mode, tok, freq, c_head, c_next, nchild, ht_key, ht_val,
-                         bucket_counts, out_tokens, out_mask, out_num):
-    """SGLang 0.5.9's ``batchMatch``: stateless match windows ``min_w .. max_w`` per request
-    (``max_depth`` = ``branch_length``), one shared-budget tree each, in batch order."""
-    sc = _draft_scratch(budget, max_depth, max_b)
-    a_nodes, a_depths = sc[1], sc[2]
-    steps = max_w - min_w + 1
-    for b in range(offsets.size - 1):
-        ctx = flat[offsets[b]:offsets[b + 1]]
-        count = window_anchors(ctx, min_w, max_w, nchild, ht_key, ht_val, a_nodes, a_depths)
-        out_num[b] = _draft(ctx, count, max_w, steps, min_b, max_b, budget, prob_mode, tok,
-                            freq, c_head, c_next, bucket_counts, sc, out_tokens[b],
+        count = match_anchors(ctx, total, row, max_depth, t, st, sc.m_scratch, sc.a_nodes,
+                              sc.a_depths)
+        out_num[b] = _draft(ctx, count, mmd, mmd, params, t, sc, bucket_counts, out_tokens[b],
                             out_mask[b])
 
 
+@jit
+def match_batch_windows(flat, offsets, min_w, max_w, params, trie, bucket_counts, out_tokens,
+                        out_mask, out_num):
+    """SGLang 0.5.9's ``batchMatch``: stateless match windows ``min_w .. max_w`` per request
+    (``params[0]`` = ``branch_length``), one shared-budget tree each, in batch order."""
+    t = Trie(*trie)
+    max_depth, _, max_b, budget, _ = params
+    sc = new_scratch(budget, max_depth, max_b)
+    steps = max_w - min_w + 1
+    for b in range(offsets.size - 1):
+        ctx = flat[offsets[b]:offsets[b + 1]]
+        count = window_anchors(ctx, min_w, max_w, t, sc.a_nodes, sc.a_depths)
+        out_num[b] = _draft(ctx, count, max_w, steps, params, t, sc, bucket_counts,
+                            out_tokens[b], out_mask[b])
+
+
 def _pack(sequences: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
-    np.cumsum([s.size for s in sequences], out=offsets[1:])
-    flat = np.concatenate(sequences) if sequences else np.zeros(0, np.int32)
+    """``(flat int32 tokens, int64 offsets)`` of a batch (measured: ``fromiter`` over running
+    sums is a third of ``np.cumsum`` on a list at batch 48)."""
+    n = len(sequences)
+    if n == 1:  # the common serving case: no concatenation
+        flat = sequences[0]
+        offsets = np.array([0, flat.size], np.int64)
+    else:
+        offsets = np.fromiter(accumulate(map(len, sequences), initial=0), np.int64, n + 1)
+        flat = np.concatenate(sequences) if n else np.zeros(0, np.int32)
     return flat.astype(np.int32, copy=False), offsets
 
 
 class EngineBackend:
     """SGLang's ``Ngram`` object on flat arrays; inputs arrive validated.
 
-    Profile ``sglang-0.5.23``: :func:`_match_batch` with match states.  ``sglang-0.5.9``:
-    :func:`_match_batch_windows` (stateless), and inserts skip the suffix starts
+    Profile ``sglang-0.5.23``: :func:`match_batch` with match states.  ``sglang-0.5.9``:
+    :func:`match_batch_windows` (stateless), and inserts skip the suffix starts
     ``i + min_match_window_size >= len`` (``insert_kernel``'s ``starts_from``).
+
+    State: ``trie`` (:class:`~ngramspec.engine.trie.TrieArrays`), ``states`` (a plain
+    :data:`~ngramspec.engine.match.States` bundle; row 0 is scratch for stateless matching) and
+    the request-id to row map.
     """
 
     def __init__(self, config: NgramConfig) -> None:
@@ -122,101 +109,110 @@ class EngineBackend:
         self._path = np.zeros(config.trie_depth, np.int32)
         # Suffix starts an insert skips at the end: none in 0.5.23, min_match_window_size in 0.5.9.
         self.insert_skip = 0 if config.stateful else int(config.min_match_window_size or 0)
+        self._params = (int(config.max_trie_depth if config.stateful else config.trie_depth),
+                        int(config.min_bfs_breadth), int(config.max_bfs_breadth),
+                        int(config.budget), int(config.match_type == "PROB"))
         self._rows: dict[Hashable, int] = {}
         self._adaptive_scratch = None
-        self._alloc_states(16)
+        self.states = new_states(16, config.trie_depth)
         self._free_rows = list(range(15, 0, -1))  # row 0 is scratch for stateless matching
+        self._last_keys: list | None = None  # the last batch of ids and its rows (a cache)
+        self._last_rows = np.zeros(0, np.int64)
 
-    def _alloc_states(self, rows: int) -> None:
-        d = self.config.trie_depth
-        old = getattr(self, "st_epoch", None)
-        new = (np.zeros(rows, np.int64), np.zeros(rows, np.int64), np.zeros(rows, np.int32),
-               np.full((rows, d), -1, np.int32), np.zeros((rows, d), np.int64))
-        if old is not None:
-            k = old.size
-            for a, b in zip(new, (self.st_epoch, self.st_ptl, self.st_n, self.st_node,
-                                  self.st_ver)):
-                a[:k] = b
-        self.st_epoch, self.st_ptl, self.st_n, self.st_node, self.st_ver = new
+    # Match states ------------------------------------------------------------------------
 
-    def _row(self, key: Hashable) -> int:
-        row = self._rows.get(key)
-        if row is None:
-            if not self._free_rows:
-                used = self.st_epoch.size
-                self._alloc_states(2 * used)
-                self._free_rows = list(range(2 * used - 1, used - 1, -1))
-            row = self._free_rows.pop()
-            self.st_epoch[row] = 0  # a new state always rebuilds
-            self.st_ptl[row] = 0
-            self.st_n[row] = 0
-            self._rows[key] = row
+    @property
+    def named_states(self) -> States:
+        """The match-state table with named fields (for Python-side readers)."""
+        return States(*self.states)
+
+    def _grow_states(self) -> None:
+        used = self.states[0].size
+        self.states = new_states(2 * used, self.config.trie_depth, self.states)
+        self._free_rows = list(range(2 * used - 1, used - 1, -1))
+
+    def _new_row(self, key: Hashable) -> int:
+        if not self._free_rows:
+            self._grow_states()
+        row = self._free_rows.pop()
+        st = self.states
+        st[0][row] = 0  # a new state always rebuilds
+        st[1][row] = 0
+        st[2][row] = 0
+        self._rows[key] = row
         return row
 
-    def insert(self, sequences: Sequence[np.ndarray], starts_from: int | None = None) -> None:
-        if starts_from is None:
-            starts_from = self.insert_skip
-        seqs = [s for s in sequences if s.size]
-        if not seqs:
+    def _rows_of(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """State rows of ``keys`` (new ones for unknown ids); the last batch's rows are reused
+        when the same ids come again (nothing erased or reset since: that clears the cache)."""
+        last = self._last_keys
+        if last is not None and len(last) == len(keys) and last == list(keys):
+            return self._last_rows
+        get = self._rows.get
+        rows = [get(k) for k in keys]
+        if None in rows:
+            rows = [self._new_row(k) if r is None else r for k, r in zip(keys, rows)]
+        self._last_keys = list(keys)
+        self._last_rows = np.asarray(rows, np.int64)
+        return self._last_rows
+
+    # Operations --------------------------------------------------------------------------
+
+    def _insert(self, sequences: Sequence[np.ndarray], starts_from: int,
+                count_from: np.ndarray | None) -> None:
+        keep = [i for i, s in enumerate(sequences) if s.size]
+        if not keep:
             return
-        flat, offsets = _pack(seqs)
+        flat, offsets = _pack([sequences[i] for i in keep])
+        counts = (np.zeros(len(keep), np.int64) if count_from is None
+                  else np.asarray([count_from[i] for i in keep], np.int64))
         pos = np.zeros(2, np.int64)
         t = self.trie
-        while not insert_kernel(flat, offsets, starts_from, self.config.trie_depth,
-                                self.config.capacity, t.tok, t.par, t.freq, t.ver, t.c_head,
-                                t.c_next, t.c_prev, t.nchild, t.g_next, t.g_prev, t.free,
-                                t.ht_key, t.ht_val, t.meta, self._path, pos):
+        while not insert_kernel(flat, offsets, starts_from, counts, self.config.trie_depth,
+                                self.config.capacity, t.bundle, self._path, pos):
             t.grow()
+
+    def insert(self, sequences: Sequence[np.ndarray], starts_from: int | None = None) -> None:
+        self._insert(sequences, self.insert_skip if starts_from is None else starts_from, None)
+
+    def insert_counted(self, sequences: Sequence[np.ndarray], count_from: Sequence[int]) -> None:
+        """Exact counting: every suffix inserted, only positions ``>= count_from`` counted."""
+        self._insert(sequences, self.insert_skip, count_from)
 
     def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
               total_lens: np.ndarray | None, *, budget: int | None = None,
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``budget``: drafted nodes (default ``config.budget``; less with corpora, whose
-        trees are merged in afterwards); the result has ``budget + 1`` slots."""
+        """Drafts of a batch: ``(tokens (B, n) int32, mask (B, n, n) bool, num (B,) int32)``.
+
+        ``keys``: request ids (None: stateless, fresh anchors); ``total_lens``: their total
+        sequence lengths.  One kernel call for the whole batch.  ``budget``: drafted nodes
+        (default ``config.budget``; less with corpora, whose trees are merged in afterwards);
+        the result then has ``budget + 1`` slots.
+        """
         cfg = self.config
-        budget = cfg.budget if budget is None else budget
-        n = budget + 1
+        params = self._params
+        if budget is not None:
+            params = params[:3] + (int(budget),) + params[4:]
+        n = params[3] + 1
         b = len(contexts)
-        flat, offsets = _pack(list(contexts))
+        flat, offsets = _pack(contexts)
         tokens = np.empty((b, n), np.int32)
         mask = np.empty((b, n, n), np.bool_)
         num = np.empty(b, np.int32)
-        t = self.trie
         if not cfg.stateful:
-            _match_batch_windows(flat, offsets, cfg.min_match_window_size,
-                                 cfg.max_match_window_size, cfg.trie_depth, cfg.min_bfs_breadth,
-                                 cfg.max_bfs_breadth, budget, cfg.match_type == "PROB",
-                                 t.tok, t.freq, t.c_head, t.c_next, t.nchild, t.ht_key, t.ht_val,
-                                 _BUCKET_COUNTS, tokens, mask, num)
+            match_batch_windows(flat, offsets, cfg.min_match_window_size,
+                                cfg.max_match_window_size, params, self.trie.bundle,
+                                _BUCKET_COUNTS, tokens, mask, num)
             return tokens, mask, num
         if keys is None:
             rows = np.zeros(b, np.int64)
-            lens = np.zeros(b, np.int64)
+            lens = rows
         else:
-            rows = np.asarray([self._row(k) for k in keys], dtype=np.int64)
-            lens = total_lens
-        _match_batch(flat, offsets, rows, lens, keys is None, cfg.max_trie_depth,
-                     cfg.min_bfs_breadth, cfg.max_bfs_breadth, budget,
-                     cfg.match_type == "PROB", t.tok, t.freq, t.ver, t.c_head, t.c_next,
-                     t.nchild, t.ht_key, t.ht_val, t.meta, self.st_epoch, self.st_ptl,
-                     self.st_n, self.st_node, self.st_ver, _BUCKET_COUNTS, tokens, mask, num)
+            rows = self._rows_of(keys)
+            lens = np.asarray(total_lens, np.int64)
+        match_batch(flat, offsets, rows, lens, keys is None, params, self.trie.bundle,
+                    self.states, _BUCKET_COUNTS, tokens, mask, num)
         return tokens, mask, num
-
-    def insert_counted(self, sequences: Sequence[np.ndarray], count_from: Sequence[int]) -> None:
-        """Exact counting: every suffix inserted, only positions ``>= count_from`` counted."""
-        keep = [(s, c) for s, c in zip(sequences, count_from) if s.size]
-        if not keep:
-            return
-        flat, offsets = _pack([s for s, _ in keep])
-        counts = np.asarray([c for _, c in keep], dtype=np.int64)
-        pos = np.zeros(2, np.int64)
-        t = self.trie
-        while not insert_counted_kernel(flat, offsets, self.insert_skip, counts,
-                                        self.config.trie_depth, self.config.capacity, t.tok,
-                                        t.par, t.freq, t.ver, t.c_head, t.c_next, t.c_prev,
-                                        t.nchild, t.g_next, t.g_prev, t.free, t.ht_key,
-                                        t.ht_val, t.meta, self._path, pos):
-            t.grow()
 
     def match_adaptive(self, contexts: Sequence[np.ndarray],
                        local: Sequence["EngineBackend | None"] | None = None,
@@ -229,21 +225,20 @@ class EngineBackend:
         mask = np.empty((b, n, n), np.bool_)
         num = np.empty(b, np.int32)
         probs = np.empty((b, n), np.float64)
-        g = self.trie
         if self._adaptive_scratch is None:
             self._adaptive_scratch = adaptive_scratch(cfg.budget, cfg.trie_depth)
         sc = self._adaptive_scratch
+        params = (int(cfg.trie_depth), int(cfg.budget), float(cfg.min_token_prob),
+                  float(cfg.max_spec_factor), float(cfg.min_expected_accept))
+        shared = self.trie.bundle
         for i, ctx in enumerate(contexts):
             own = local[i] if local is not None else None
-            lt = (own or self).trie
-            num[i] = draft_adaptive(
-                ctx, cfg.trie_depth, cfg.budget, cfg.min_token_prob, cfg.max_spec_factor,
-                cfg.min_expected_accept, own is not None, lt.tok, lt.freq, lt.c_head, lt.c_next,
-                lt.nchild, lt.ht_key, lt.ht_val, g.tok, g.freq, g.c_head, g.c_next, g.nchild,
-                g.ht_key, g.ht_val, _BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i])
+            num[i] = draft_adaptive(ctx, params, None if own is None else own.trie.bundle,
+                                    shared, _BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i])
         return tokens, mask, num, probs
 
     def erase(self, keys: Sequence[Hashable]) -> None:
+        self._last_keys = None
         for key in keys:
             row = self._rows.pop(key, None)
             if row is not None:
@@ -252,14 +247,53 @@ class EngineBackend:
     def reset(self) -> None:
         self.trie.reset()
         self._rows.clear()
-        self._free_rows = list(range(self.st_epoch.size - 1, 0, -1))
+        self._last_keys = None
+        self._free_rows = list(range(self.states[0].size - 1, 0, -1))
 
     @property
     def node_count(self) -> int:
         return int(self.trie.meta[M_SIZE])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the trie's arrays (the match states not included)."""
+        return self.trie.nbytes
 
     def check_integrity(self) -> None:
         """Raise :class:`~ngramspec.errors.IntegrityError` if an invariant is broken."""
         from .integrity import check_states, check_trie
 
         check_states(self, check_trie(self.trie, self.config.trie_depth))
+
+    # Canonical content ---------------------------------------------------------------------
+
+    def to_canonical(self) -> CanonicalContent:
+        """The backend-independent content (:class:`~ngramspec._canonical.CanonicalContent`):
+        nodes in global LRU order, match states sorted by ``(isinstance(id, str), id)``."""
+        from .export import export_states, export_trie
+
+        token, parent, freq, number = export_trie(self.trie)
+        if not self.config.stateful:  # 0.5.9 matches statelessly: no states to keep
+            return CanonicalContent(int(self.trie.meta[M_EPOCH]), token, parent, freq, [],
+                                    **CanonicalContent.no_states(self.config.trie_depth))
+        keys, epoch, ptl, count, refs = export_states(self, number)
+        order = sorted(range(len(keys)), key=lambda i: (isinstance(keys[i], str), keys[i]))
+        idx = np.asarray(order, np.int64)
+        return CanonicalContent(
+            epoch=int(self.trie.meta[M_EPOCH]), node_token=token, node_parent=parent,
+            node_freq=freq, request_ids=[keys[i] for i in order], state_epoch=epoch[idx],
+            state_processed_len=ptl[idx], state_count=count[idx], state_refs=refs[idx])
+
+    @classmethod
+    def from_canonical(cls, config: NgramConfig, content: CanonicalContent) -> "EngineBackend":
+        """A backend holding validated canonical ``content`` under ``config``."""
+        from .export import import_states, import_trie
+
+        backend = cls(config)
+        c = content
+        backend.trie = import_trie(config.capacity, int(c.epoch), c.node_token, c.node_parent,
+                                   c.node_freq)
+        if c.request_ids:
+            import_states(backend, list(c.request_ids), c.state_epoch, c.state_processed_len,
+                          c.state_count, c.state_refs)
+        return backend

@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._jit import jit
-from .trie import M_EPOCH, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, TrieArrays, _ht_put
+from .match import new_states
+from .trie import (M_EPOCH, M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED,
+                   TrieArrays, _ht_put)
 
 __all__ = ["export_trie", "import_trie", "export_states", "import_states"]
 
@@ -35,8 +37,9 @@ def _export_kernel(tok, par, freq, g_next, head, number, out_tok, out_par, out_f
 
 
 @jit
-def _import_kernel(c_tok, c_par, c_freq, tok, par, freq, c_head, c_next, c_prev, nchild,
-                   g_next, g_prev, ht_key, ht_val, tail):
+def _import_kernel(c_tok, c_par, c_freq, t, tail):
+    tok, par, freq, c_head, c_next, c_prev = t.tok, t.par, t.freq, t.c_head, t.c_next, t.c_prev
+    g_next, g_prev, ht = t.g_next, t.g_prev, t.ht
     n = c_tok.size
     for i in range(n):
         v = i + 1  # slot of canonical node i; slot 0 is the root
@@ -45,7 +48,6 @@ def _import_kernel(c_tok, c_par, c_freq, tok, par, freq, c_head, c_next, c_prev,
         par[v] = p
         freq[v] = c_freq[i]
         c_head[v] = -1
-        nchild[v] = 0
         # Appending in global order gives the recency order (most recent first).
         last = tail[p]
         c_prev[v] = last
@@ -55,10 +57,9 @@ def _import_kernel(c_tok, c_par, c_freq, tok, par, freq, c_head, c_next, c_prev,
         else:
             c_next[last] = v
         tail[p] = v
-        nchild[p] += 1
         g_prev[v] = i if i > 0 else -1
         g_next[v] = i + 2 if i + 1 < n else -1
-        _ht_put(ht_key, ht_val, p, c_tok[i], v)
+        _ht_put(ht, p, c_tok[i], v)
 
 
 def export_trie(t: TrieArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -78,11 +79,11 @@ def import_trie(capacity: int, epoch: int, token: np.ndarray, parent: np.ndarray
     n = token.size
     t = TrieArrays(capacity, initial=max(1024, n + 1))
     tail = np.full(t.alloc, -1, np.int32)
-    _import_kernel(token, parent, freq, t.tok, t.par, t.freq, t.c_head, t.c_next, t.c_prev,
-                   t.nchild, t.g_next, t.g_prev, t.ht_key, t.ht_val, tail)
+    _import_kernel(token, parent, freq, t.named(), tail)
     m = t.meta
     m[M_SIZE] = m[M_UNUSED] = n + 1
     m[M_FREETOP] = 0
+    m[M_FREEHEAD] = -1
     m[M_GHEAD] = 1 if n else -1
     m[M_GTAIL] = n if n else -1
     m[M_EPOCH] = epoch
@@ -99,14 +100,15 @@ def export_states(backend, number: np.ndarray):
     s = len(keys)
     epoch, ptl = np.zeros(s, np.int64), np.zeros(s, np.int64)
     count, refs = np.zeros(s, np.int32), np.full((s, depth), -1, np.int32)
+    st = backend.named_states
     for i, key in enumerate(keys):
         r = backend._rows[key]
-        epoch[i], ptl[i], count[i] = backend.st_epoch[r], backend.st_ptl[r], backend.st_n[r]
+        epoch[i], ptl[i], count[i] = st.epoch[r], st.ptl[r], st.n[r]
         for d in range(int(count[i])):
-            node = int(backend.st_node[r, d])
+            node = int(st.node[r, d])
             if node == -1:
                 continue
-            fresh = epoch[i] == cur and backend.st_ver[r, d] == t.ver[node]
+            fresh = epoch[i] == cur and st.ver[r, d] == t.ver[node]
             refs[i, d] = number[node] if fresh else -2
     return keys, epoch, ptl, count, refs
 
@@ -116,17 +118,19 @@ def import_states(backend, keys, epoch, ptl, count, refs) -> None:
     rows = 16
     while rows < len(keys) + 1:
         rows *= 2
-    backend._alloc_states(rows)
+    backend.states = new_states(rows, backend.config.trie_depth)
     backend._rows = {key: i + 1 for i, key in enumerate(keys)}
     backend._free_rows = list(range(rows - 1, len(keys), -1))
+    backend._last_keys = None
+    st = backend.named_states
     for i in range(len(keys)):
         r = i + 1
-        backend.st_epoch[r], backend.st_ptl[r], backend.st_n[r] = epoch[i], ptl[i], count[i]
+        st.epoch[r], st.ptl[r], st.n[r] = epoch[i], ptl[i], count[i]
         for d in range(int(count[i])):
             ref = int(refs[i, d])
             if ref == -1:
-                backend.st_node[r, d], backend.st_ver[r, d] = -1, 0
+                st.node[r, d], st.ver[r, d] = -1, 0
             elif ref == -2:  # the root never changes version: a version-0 reference to it
-                backend.st_node[r, d], backend.st_ver[r, d] = 0, 0  # is stale forever
+                st.node[r, d], st.ver[r, d] = 0, 0  # is stale forever
             else:
-                backend.st_node[r, d], backend.st_ver[r, d] = ref + 1, 1
+                st.node[r, d], st.ver[r, d] = ref + 1, 1

@@ -8,10 +8,10 @@ The invariants, all derived from :mod:`ngramspec.engine.trie`:
 
 - counts: ``1 <= size <= capacity``, ``size == unused - free_top`` (slot 0 is the root, slots
   ``[1, unused)`` were handed out once, the free stack holds the ones given back);
-- free stack: distinct slots in ``[1, unused)``;
+- free list (threaded through ``g_next``): ``free top`` distinct slots in ``[1, unused)``;
 - links: every live non-root node has a live parent, a depth ``<= trie depth``, ``freq >= 1``,
   and is found by the child table under ``(parent, token)``;
-- child recency lists: doubly linked (``c_prev`` mirrors ``c_next``), ``nchild`` long, children
+- child recency lists: doubly linked (``c_prev`` mirrors ``c_next``), children
   of that parent only, distinct tokens; together they hold every live non-root node once;
 - frequencies: a non-root parent was on every path its children were on since they were
   created, so ``freq[parent] >= sum(freq[children])`` (not with ``exact_counts``, where a
@@ -19,8 +19,9 @@ The invariants, all derived from :mod:`ngramspec.engine.trie`:
 - global LRU list: doubly linked from ``head`` to ``tail``, every live non-root node once, a
   parent ahead of each of its children (hence the back is a leaf and eviction removes leaves),
   and siblings in the same relative order as in their parent's recency list;
-- child table: power-of-two size, exactly ``size - 1`` entries, each ``(parent, token) -> node``
-  matching the node arrays, empty slots fully empty;
+- child table: power-of-two size at least twice the node arrays (at least half empty), exactly
+  ``size - 1`` entries, each a distinct live node found by a lookup of its own
+  ``(parent, token)``;
 - versions ``>= 1``; match states: rows distinct, disjoint from the free rows, lengths within
   the trie depth, epochs not in the future, and in the current epoch every reference that is
   not stale points at a live node.
@@ -31,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import IntegrityError
-from .trie import M_EPOCH, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, _key, child_of
+from .trie import (M_EPOCH, M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED,
+                   child_of)
 
 __all__ = ["check_trie", "check_freqs", "check_states"]
 
@@ -51,19 +53,25 @@ def check_trie(t, max_depth: int) -> np.ndarray:
     if not (alloc <= t.capacity and 1 <= unused <= alloc and 0 <= top <= unused - 1):
         _fail(f"slot counters inconsistent: alloc {alloc}, unused {unused}, free top {top}, "
               f"capacity {t.capacity}")
-    for name in ("tok", "par", "freq", "ver", "c_head", "c_next", "c_prev", "nchild", "g_next",
-                 "g_prev", "free"):
+    for name in ("tok", "par", "freq", "ver", "c_head", "c_next", "c_prev", "g_next",
+                 "g_prev"):
         if getattr(t, name).shape != (alloc,):
             _fail(f"array {name} has shape {getattr(t, name).shape}, expected ({alloc},)")
     if size != unused - top:
         _fail(f"node count {size} != slots handed out ({unused}) - free slots ({top})")
     live = np.zeros(alloc, bool)
     live[:unused] = True
-    free = t.free[:top]
-    if top and (free.min() < 1 or free.max() >= unused):
-        _fail(f"free stack holds a slot outside [1, {unused}): {free.tolist()}")
+    free_list, f = [], int(m[M_FREEHEAD])
+    while f != -1 and len(free_list) <= top:
+        if not 1 <= f < unused:
+            _fail(f"free list holds slot {f}, outside [1, {unused})")
+        free_list.append(f)
+        f = int(t.g_next[f])
+    if len(free_list) != top:
+        _fail(f"free list holds {len(free_list)}{'+' if f != -1 else ''} slots, expected {top}")
+    free = np.asarray(free_list, np.int64)
     if np.unique(free).size != top:
-        _fail("free stack holds a slot twice")
+        _fail("free list holds a slot twice")
     live[free] = False
     if (t.ver < 1).any():
         _fail(f"slot {int(np.flatnonzero(t.ver < 1)[0])} has a version below 1")
@@ -77,7 +85,7 @@ def check_trie(t, max_depth: int) -> np.ndarray:
         p = int(t.par[v])
         if not (0 <= p < alloc and live[p]) or p == v:
             _fail(f"node {v} has parent {p}, which is not a live node")
-        found = int(child_of(t.ht_key, t.ht_val, p, t.tok[v]))
+        found = int(child_of(t.ht, t.par, t.tok, p, t.tok[v]))
         if found != v:
             _fail(f"child table maps (parent {p}, token {int(t.tok[v])}) to {found}, not to "
                   f"node {v}")
@@ -115,8 +123,6 @@ def check_trie(t, max_depth: int) -> np.ndarray:
             tokens.add(int(t.tok[c]))
             count += 1
             prev, c = c, int(t.c_next[c])
-        if count != int(t.nchild[p]):
-            _fail(f"node {p}: nchild is {int(t.nchild[p])} but its child list has {count}")
     missing = nodes[~seen[nodes]]
     if missing.size:
         _fail(f"node {int(missing[0])} is live but in no child list")
@@ -150,21 +156,18 @@ def check_trie(t, max_depth: int) -> np.ndarray:
                       f"node {c}")
             last, c = int(pos[c]), int(t.c_next[c])
 
-    # Child table as a whole.
-    hk, hv = t.ht_key, t.ht_val
-    if hk.size & (hk.size - 1) or hk.size != hv.size or hk.size < 2:
-        _fail(f"child table sizes {hk.size}/{hv.size} are not one power of two")
-    used = hk != -1
+    # Child table as a whole (every live node is found under its own key, checked above).
+    ht = t.ht
+    if ht.size & (ht.size - 1) or ht.size < 2 * alloc:
+        _fail(f"child table size {ht.size} is not a power of two at least 2 x {alloc} slots")
+    used = ht != -1
     if int(used.sum()) != size - 1:
         _fail(f"child table holds {int(used.sum())} entries for {size - 1} non-root nodes")
-    if (hv[~used] != -1).any():
-        _fail("child table has a value in an empty slot")
-    vals = hv[used].astype(np.int64)
+    vals = ht[used].astype(np.int64)
     if vals.size and (vals.min() < 1 or vals.max() >= alloc or not live[vals].all()):
-        _fail("child table maps to a slot that is not a live node")
-    for key, v in zip(hk[used].tolist(), vals.tolist()):
-        if key != int(_key(t.par[v], t.tok[v])):
-            _fail(f"child table entry of node {v} has a stale key")
+        _fail("child table holds a slot that is not a live non-root node")
+    if np.unique(vals).size != vals.size:
+        _fail("child table holds a node twice")
     return live
 
 
@@ -192,7 +195,8 @@ def check_states(backend, live: np.ndarray) -> None:
     check_freqs(backend.trie, live, bool(getattr(backend.config, "exact_counts", False)))
     rows = list(backend._rows.values())
     free = list(backend._free_rows)
-    n_rows = backend.st_epoch.size
+    st = backend.named_states
+    n_rows = st.epoch.size
     depth = backend.config.trie_depth
     if len(set(rows)) != len(rows):
         _fail("two request ids share one match-state row")
@@ -203,20 +207,20 @@ def check_states(backend, live: np.ndarray) -> None:
     t = backend.trie
     epoch = int(t.meta[M_EPOCH])
     for key, r in backend._rows.items():
-        n = int(backend.st_n[r])
+        n = int(st.n[r])
         if not 0 <= n <= depth:
             _fail(f"match state of {key!r} stores {n} suffixes (trie depth {depth})")
-        if int(backend.st_epoch[r]) > epoch:
-            _fail(f"match state of {key!r} is from epoch {int(backend.st_epoch[r])}, after the "
+        if int(st.epoch[r]) > epoch:
+            _fail(f"match state of {key!r} is from epoch {int(st.epoch[r])}, after the "
                   f"trie's {epoch}")
         for d in range(n):
-            node = int(backend.st_node[r, d])
+            node = int(st.node[r, d])
             if node == -1:
                 continue
             if not 0 <= node < t.alloc:
                 _fail(f"match state of {key!r} refers to slot {node} (arrays hold {t.alloc})")
-            fresh = int(backend.st_ver[r, d]) == int(t.ver[node])
-            if int(backend.st_ver[r, d]) > int(t.ver[node]):
+            fresh = int(st.ver[r, d]) == int(t.ver[node])
+            if int(st.ver[r, d]) > int(t.ver[node]):
                 _fail(f"match state of {key!r} holds a version from the future for node {node}")
-            if int(backend.st_epoch[r]) == epoch and fresh and not live[node]:
+            if int(st.epoch[r]) == epoch and fresh and not live[node]:
                 _fail(f"match state of {key!r} holds a fresh reference to free slot {node}")

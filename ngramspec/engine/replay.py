@@ -22,16 +22,19 @@ emitted tokens are cut there.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
 from .._jit import jit
-from .match import match_anchors
-from .tree import build_bfs, build_prob, fill_result
-from .trie import (M_FREETOP, M_GHEAD, M_SIZE, M_UNUSED, _g_push_back, _g_push_front,
-                   _g_unlink, _ht_put, _push_child_front, _squeeze, _unlink_child, child_of)
+from .match import States, match_anchors, new_states
+from .tree import build_bfs, build_prob, fill_result, new_scratch
+from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_SIZE, M_UNUSED, Trie, TrieArrays,
+                   _g_push_back, _g_push_front, _g_unlink, _ht_put, _push_child_front,
+                   _unlink_child, child_of, squeeze)
 
-__all__ = ["replay_kernel", "DONE", "PAUSED", "NEED_ROOM", "L_NEXT", "L_NRUN", "L_STEPS",
-           "L_LEFT", "LOOP_SIZE"]
+__all__ = ["Replay", "ReplayState", "replay_kernel", "DONE", "PAUSED", "NEED_ROOM", "L_NEXT",
+           "L_NRUN", "L_STEPS", "L_LEFT", "LOOP_SIZE"]
 
 # Return codes.
 DONE, PAUSED, NEED_ROOM = 0, 1, 2
@@ -40,11 +43,17 @@ DONE, PAUSED, NEED_ROOM = 0, 1, 2
 L_NEXT, L_NRUN, L_STEPS, L_LEFT = range(4)
 LOOP_SIZE = 4
 
+#: The replay's own state (all int64 but ``pc_node`` int32): ``loop`` (``L_*`` slots),
+#: ``run_req``/``run_row`` (running requests in batch order, their state rows), ``free_rows``,
+#: ``out_len`` (output tokens so far per request), the per-step record ``em_off``/``em_steps``/
+#: ``em_count``/``em_drafts`` (int32 counts), and the remembered windows ``pc_node``/``pc_ver``/
+#: ``pc_start``/``pc_len`` per state row.  Allocated by :class:`Replay`.
+ReplayState = namedtuple("ReplayState", "loop run_req run_row free_rows out_len em_off em_steps "
+                                        "em_count em_drafts pc_node pc_ver pc_start pc_len")
+
 
 @jit
-def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par, freq, ver, c_head,
-                   c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path,
-                   pc_node, pc_ver, pc_start, pc_len):
+def _insert_window(win, w, start, row, max_depth, capacity, lru, check, t, path, rs):
     """``insert_kernel`` for one window (every suffix, in order), with two shortcuts that
     change nothing observable:
 
@@ -59,42 +68,44 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par
 
     ``start`` is the absolute position of the window in its request's sequence.
     """
+    tok, par, freq, ver, c_head, c_next, c_prev = (t.tok, t.par, t.freq, t.ver, t.c_head,
+                                                   t.c_next, t.c_prev)
+    g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
+    pc_node, pc_ver, pc_start, pc_len = rs.pc_node, rs.pc_ver, rs.pc_start, rs.pc_len
     old_start = pc_start[row]
     old_len = pc_len[row]
     for i in range(w):
         length = min(w - i, max_depth)
         free_count = capacity - meta[M_SIZE]
         if length > free_count:
-            _squeeze(length - free_count, tok, par, ver, c_head, c_next, c_prev, nchild,
-                     g_next, g_prev, free, ht_key, ht_val, meta)
+            squeeze(t, length - free_count)
         oi = start + i - old_start
         known = old_len - oi if 0 <= oi < old_len else 0
         cur = 0
         for k in range(length):
-            t = win[i + k]
+            tk = win[i + k]
             child = -1
             if k < known:
                 cand = pc_node[row, oi, k]
                 if not check or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
             if child == -1:
-                child = child_of(ht_key, ht_val, cur, t)
+                child = child_of(ht, par, tok, cur, tk)
             if child == -1:
                 if meta[M_FREETOP] > 0:
                     meta[M_FREETOP] -= 1
-                    child = free[meta[M_FREETOP]]
+                    child = meta[M_FREEHEAD]
+                    meta[M_FREEHEAD] = g_next[child]
                 else:
                     child = meta[M_UNUSED]
                     meta[M_UNUSED] += 1
                 meta[M_SIZE] += 1
-                tok[child] = t
+                tok[child] = tk
                 par[child] = cur
                 freq[child] = 1
                 c_head[child] = -1
-                nchild[child] = 0
-                _ht_put(ht_key, ht_val, cur, t, child)
+                _ht_put(ht, cur, tk, child)
                 _push_child_front(c_head, c_next, c_prev, cur, child)
-                nchild[cur] += 1
                 if lru:
                     _g_push_back(g_next, g_prev, meta, child)
             else:
@@ -120,12 +131,13 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, tok, par
 
 
 @jit
-def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, max_b, budget,
-                  prob_mode, capacity, tok, par, freq, ver, c_head, c_next, c_prev, nchild,
-                  g_next, g_prev, free, ht_key, ht_val, meta, st_epoch, st_ptl, st_n, st_node,
-                  st_ver, bucket_counts, loop, run_req, run_row, free_rows, out_len, em_off,
-                  em_steps, em_count, em_drafts, pc_node, pc_ver, pc_start, pc_len, max_steps):
+def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, params, capacity, trie, states,
+                  bucket_counts, replay_state, max_steps):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
+
+    ``params``: ``(max_depth, min_b, max_b, budget, prob_mode)``; ``trie``, ``states``,
+    ``replay_state``: plain :data:`~.trie.Trie`, :data:`~.match.States` and
+    :data:`ReplayState` bundles.
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
     emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree); ``em_steps[r]``
@@ -135,28 +147,22 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
     running requests in batch order and their match-state rows; ``free_rows`` (a stack whose
     size is ``concurrency - loop[L_NRUN]``) the unused state rows.
     """
+    t = Trie(*trie)
+    st = States(*states)
+    rs = ReplayState(*replay_state)
+    max_depth, min_b, max_b, budget, prob_mode = params
+    tok, meta = t.tok, t.meta
+    st_epoch, st_ptl, st_n = st.epoch, st.ptl, st.n
+    loop, run_req, run_row, free_rows, out_len = (rs.loop, rs.run_req, rs.run_row,
+                                                  rs.free_rows, rs.out_len)
+    em_off, em_steps, em_count, em_drafts = rs.em_off, rs.em_steps, rs.em_count, rs.em_drafts
+    pc_len = rs.pc_len
     n_req = p_off.size - 1
     n = budget + 1
     depth = max_depth
-    # Scratch of the match and tree kernels (as in backend._match_batch), allocated once.
-    scratch = np.empty(depth, np.int32)
-    a_nodes = np.empty(depth, np.int32)
-    a_depths = np.empty(depth, np.int32)
-    t_tok = np.empty(n, np.int32)
-    t_head = np.empty(n, np.int32)
-    t_next = np.empty(n, np.int32)
-    t_cnt = np.empty(n, np.int32)
-    t_bc = np.empty(n, np.int64)
-    order = np.empty(n, np.int32)
-    q_par = np.empty(n + 1, np.int32)
-    q_breadth = np.empty(n + 1, np.float64)
-    q_node = np.empty(n + 1, np.int32)
-    slot_parent = np.empty(n, np.int32)
-    heap_cap = max_b * depth * (n + 1) + 1
-    h_p = np.empty(heap_cap, np.float64)
-    h_par = np.empty(heap_cap, np.int32)
-    h_node = np.empty(heap_cap, np.int32)
-    k_node = np.empty(max_b, np.int32)
+    # Scratch of the match and tree kernels (as in backend.match_batch), allocated once.
+    sc = new_scratch(budget, depth, max_b)
+    slot_parent = sc.slot_parent
     out_tokens = np.empty(n, np.int32)
     out_mask = np.empty((n, n), np.bool_)
     win_flat = np.empty(concurrency * depth, np.int32)
@@ -210,19 +216,13 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
             r = run_req[b]
             ctx = win_flat[win_off[b]:win_off[b + 1]]
             total = p_off[r + 1] - p_off[r] + out_len[r]
-            count = match_anchors(ctx, total, run_row[b], depth, ver, nchild, ht_key, ht_val,
-                                  meta, st_epoch, st_ptl, st_n, st_node, st_ver, scratch,
-                                  a_nodes, a_depths)
+            count = match_anchors(ctx, total, run_row[b], depth, t, st, sc.m_scratch,
+                                  sc.a_nodes, sc.a_depths)
             if prob_mode:
-                used = build_prob(a_nodes, count, budget, max_b, tok, freq, c_head, c_next,
-                                  t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order,
-                                  k_node, h_p, h_par, h_node)
+                used = build_prob(count, budget, max_b, t, sc, bucket_counts)
             else:
-                used = build_bfs(a_nodes, a_depths, count, budget, depth, min_b, max_b, tok,
-                                 c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc,
-                                 bucket_counts, order, q_par, q_breadth, q_node)
-            fill_result(ctx[ctx.size - 1], n, t_tok, t_head, t_next, order, slot_parent,
-                        out_tokens, out_mask)
+                used = build_bfs(count, budget, depth, min_b, max_b, t, sc, bucket_counts)
+            fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
             # Greedy verify along the recording: rec = output[out_len:].
             rec = o_off[r] + out_len[r]
             left = o_off[r + 1] - rec
@@ -256,9 +256,7 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
             lo = win_off[b]
             w = win_off[b + 1] - lo
             _insert_window(win_flat[lo:lo + w], w, p_off[r + 1] - p_off[r] + out_len[r] - w,
-                           run_row[b], depth, capacity, lru, check, tok, par, freq, ver, c_head,
-                           c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta,
-                           path, pc_node, pc_ver, pc_start, pc_len)
+                           run_row[b], depth, capacity, lru, check, t, path, rs)
         # Append; finished requests leave (order kept) and free their state rows.
         keep = 0
         for b in range(nrun):
@@ -275,3 +273,78 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, max_depth, min_b, m
         loop[L_NRUN] = keep
         loop[L_STEPS] += 1
         steps_here += 1
+
+
+class Replay:
+    """The compiled replay of recorded streams, with every array it needs.
+
+    ``prompts``/``outputs``: per request, int32 token arrays.  Call :meth:`run` until it
+    returns ``DONE``; on ``NEED_ROOM`` call :meth:`make_room` first.
+    """
+
+    def __init__(self, prompts, outputs, config, concurrency: int) -> None:
+        from .backend import _BUCKET_COUNTS
+
+        self.p_flat, self.p_off = _pack(prompts)
+        self.o_flat, self.o_off = _pack(outputs)
+        self.config = config
+        self.concurrency = concurrency
+        n_req = len(prompts)
+        depth = self.depth = config.max_trie_depth
+        self.params = (int(depth), int(config.min_bfs_breadth), int(config.max_bfs_breadth),
+                       int(config.budget), int(config.match_type == "PROB"))
+        self.bucket_counts = _BUCKET_COUNTS
+        self.trie = TrieArrays(config.capacity)
+        rows = concurrency
+        self.states = new_states(rows, depth)
+        loop = np.zeros(LOOP_SIZE, np.int64)
+        loop[L_LEFT] = sum(max(o.size - 1, 0) for o in outputs)
+        # Request r has at most len(output) - 1 verify steps (each emits at least one token).
+        em_off = np.zeros(n_req + 1, np.int64)
+        np.cumsum([max(o.size - 1, 0) for o in outputs], out=em_off[1:])
+        self.state = ReplayState(
+            loop=loop, run_req=np.zeros(concurrency, np.int64),
+            run_row=np.zeros(concurrency, np.int64),
+            free_rows=np.arange(concurrency - 1, -1, -1, dtype=np.int64),
+            out_len=np.zeros(n_req, np.int64), em_off=em_off,
+            em_steps=np.zeros(n_req, np.int64), em_count=np.zeros(int(em_off[-1]), np.int32),
+            em_drafts=np.zeros(int(em_off[-1]), np.int32),
+            pc_node=np.zeros((rows, depth, depth), np.int32),
+            pc_ver=np.zeros((rows, depth, depth), np.int64), pc_start=np.zeros(rows, np.int64),
+            pc_len=np.zeros(rows, np.int64))
+
+    def run(self, max_steps: int) -> int:
+        """Advance by at most ``max_steps`` verify steps; returns DONE, PAUSED or NEED_ROOM."""
+        return int(replay_kernel(self.p_flat, self.p_off, self.o_flat, self.o_off,
+                                 self.concurrency, self.params, self.config.capacity,
+                                 self.trie.bundle, self.states, self.bucket_counts,
+                                 tuple(self.state), max_steps))
+
+    def make_room(self) -> None:
+        """Grow the trie so that one step of the running requests fits."""
+        d = self.depth
+        self.trie.ensure_room(int(self.state.loop[L_NRUN]) * d * (d + 1) // 2)
+
+    @property
+    def steps(self) -> int:
+        return int(self.state.loop[L_STEPS])
+
+    @property
+    def tokens_done(self) -> int:
+        return int(self.state.out_len.sum())
+
+    def per_request(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per request: tokens emitted per step, real draft nodes per step."""
+        s = self.state
+        n_req = s.out_len.size
+        return ([s.em_count[s.em_off[r]:s.em_off[r] + s.em_steps[r]].copy()
+                 for r in range(n_req)],
+                [s.em_drafts[s.em_off[r]:s.em_off[r] + s.em_steps[r]].copy()
+                 for r in range(n_req)])
+
+
+def _pack(seqs) -> tuple[np.ndarray, np.ndarray]:
+    off = np.zeros(len(seqs) + 1, np.int64)
+    np.cumsum([s.size for s in seqs], out=off[1:])
+    flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
+    return np.ascontiguousarray(flat, dtype=np.int32), off

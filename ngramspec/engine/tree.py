@@ -7,11 +7,38 @@ a libstdc++ ``unordered_map`` (see :mod:`ngramspec.stdorder` for the readable mo
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
 
-__all__ = ["build_bfs", "build_bfs_scheduled", "build_prob", "fill_result"]
+__all__ = ["Scratch", "new_scratch", "build_bfs", "build_bfs_scheduled", "build_prob",
+           "fill_result"]
+
+#: Work arrays for drafting one request at a time (reused across a batch): the match kernel's
+#: ``m_scratch``, the anchors ``a_nodes``/``a_depths``; the tree (``t_tok``, ``t_head``,
+#: ``t_next``, ``t_cnt``, ``t_bc``: libstdc++ map per node), ``order`` (rehash and layout
+#: queue), the BFS queue ``q_par``/``q_breadth``/``q_node``, ``slot_parent`` (layout), the PROB
+#: heap ``h_p``/``h_par``/``h_node`` and its top-k list ``k_node``.  See :func:`new_scratch`.
+Scratch = namedtuple("Scratch", "m_scratch a_nodes a_depths t_tok t_head t_next t_cnt t_bc "
+                                "order q_par q_breadth q_node slot_parent h_p h_par h_node k_node")
+
+
+@jit
+def new_scratch(budget, max_depth, max_b):
+    """A :data:`Scratch` for trees of ``budget`` drafts, ``max_depth`` anchors (the trie depth)
+    and PROB's top-``max_b`` children."""
+    n = budget + 1
+    heap_cap = max_b * max_depth * (n + 1) + 1
+    return Scratch(np.empty(max_depth, np.int32), np.empty(max_depth, np.int32),
+                   np.empty(max_depth, np.int32),
+                   np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32),
+                   np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
+                   np.empty(n + 1, np.int32), np.empty(n + 1, np.float64),
+                   np.empty(n + 1, np.int32), np.empty(n, np.int32),
+                   np.empty(heap_cap, np.float64), np.empty(heap_cap, np.int32),
+                   np.empty(heap_cap, np.int32), np.empty(max_b, np.int32))
 
 
 @jit
@@ -94,28 +121,28 @@ def _tree_reset(t_head, t_cnt, t_bc):
 
 
 @jit
-def build_bfs(anchor_nodes, anchor_depths, n_anchors, budget, max_depth, min_b, max_b, tok,
-              c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order,
-              q_par, q_breadth, q_node):
+def build_bfs(n_anchors, budget, max_depth, min_b, max_b, t, sc, bucket_counts):
     """SGLang 0.5.23's recency BFS (anchor depths ``d``, ``top = steps = max(1, max_depth - 1)``);
     returns the drafted node count.  See :func:`build_bfs_scheduled`."""
     mmd = max(1, max_depth - 1)
-    return build_bfs_scheduled(anchor_nodes, anchor_depths, n_anchors, budget, mmd, mmd, min_b,
-                               max_b, tok, c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc,
-                               bucket_counts, order, q_par, q_breadth, q_node)
+    return build_bfs_scheduled(n_anchors, budget, mmd, mmd, min_b, max_b, t, sc, bucket_counts)
 
 
-@jit
-def build_bfs_scheduled(anchor_nodes, anchor_depths, n_anchors, budget, top, steps, min_b,
-                        max_b, tok, c_head, c_next, t_tok, t_head, t_next, t_cnt, t_bc,
-                        bucket_counts, order, q_par, q_breadth, q_node):
-    """Recency BFS below every anchor into one tree; returns the drafted node count.
+@jit_inline
+def build_bfs_scheduled(n_anchors, budget, top, steps, min_b, max_b, t, sc, bucket_counts):
+    """Recency BFS below the ``n_anchors`` anchors of ``sc`` (:data:`Scratch`) on trie ``t``
+    into one tree; returns the drafted node count.
 
     Below an anchor of length ``d`` the breadth (a double) starts at
     ``(top - d) * scale + min_b`` with ``scale = (max_b - min_b) / steps`` and drops by
     ``scale`` per level.  SGLang 0.5.23: ``top = steps = max(1, max_trie_depth - 1)``;
     0.5.9: ``top = max_match_window_size``, ``steps = max_w - min_w + 1``.
     """
+    tok, c_head, c_next = t.tok, t.c_head, t.c_next
+    anchor_nodes, anchor_depths = sc.a_nodes, sc.a_depths
+    t_tok, t_head, t_next, t_cnt, t_bc, order = (sc.t_tok, sc.t_head, sc.t_next, sc.t_cnt,
+                                                 sc.t_bc, sc.order)
+    q_par, q_breadth, q_node = sc.q_par, sc.q_breadth, sc.q_node
     _tree_reset(t_head, t_cnt, t_bc)
     scale = float(max_b - min_b) / steps
     cursor = 1
@@ -222,10 +249,15 @@ def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_
     return size
 
 
-@jit
-def build_prob(anchor_nodes, n_anchors, budget, top_k, tok, freq, c_head, c_next, t_tok,
-               t_head, t_next, t_cnt, t_bc, bucket_counts, order, k_node, h_p, h_par, h_node):
-    """Best-first expansion by path probability; returns the drafted node count."""
+@jit_inline
+def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
+    """Best-first expansion by path probability below the anchors of ``sc``; returns the
+    drafted node count."""
+    tok, freq, c_head, c_next = t.tok, t.freq, t.c_head, t.c_next
+    anchor_nodes = sc.a_nodes
+    t_tok, t_head, t_next, t_cnt, t_bc, order = (sc.t_tok, sc.t_head, sc.t_next, sc.t_cnt,
+                                                 sc.t_bc, sc.order)
+    k_node, h_p, h_par, h_node = sc.k_node, sc.h_p, sc.h_par, sc.h_node
     _tree_reset(t_head, t_cnt, t_bc)
     size = 0
     cursor = 1
@@ -247,9 +279,12 @@ def build_prob(anchor_nodes, n_anchors, budget, top_k, tok, freq, c_head, c_next
     return cursor - 1
 
 
-@jit
-def fill_result(last_token, n, t_tok, t_head, t_next, q_idx, slot_parent, out_tokens, out_mask):
-    """Level-order layout and ancestor mask into one request's output row."""
+@jit_inline
+def fill_result(last_token, n, sc, out_tokens, out_mask):
+    """Level-order layout and ancestor mask of the tree in ``sc`` (any scratch bundle with
+    ``t_tok``, ``t_head``, ``t_next``, ``order``, ``slot_parent``) into one request's row."""
+    t_tok, t_head, t_next, q_idx, slot_parent = (sc.t_tok, sc.t_head, sc.t_next, sc.order,
+                                                 sc.slot_parent)
     out_tokens[0] = last_token
     slot_parent[0] = -1
     count = 1

@@ -2,36 +2,60 @@
 
 A node is an index into struct-of-arrays; -1 means "none".  Children of a node form a doubly
 linked list in recency order (what BFS walks); all nodes form the global LRU list (front = most
-recently touched) whose back is always a leaf; freed slots go on a LIFO stack; child lookup by
-(parent, token) is an open-addressing table with linear probing and backward-shift deletion.
-Node arrays grow with the nodes actually used, up to ``capacity``.
+recently touched) whose back is always a leaf; freed slots form a LIFO list threaded through
+``g_next`` (a freed node is in no LRU list); child lookup by (parent, token) is an
+open-addressing table of node indices with linear probing and backward-shift deletion (the key
+of an entry is read back from the node's ``par``/``tok``).  Node arrays grow with the nodes
+actually used, up to ``capacity``.
+
+Bundles: the arrays travel between kernels as one :data:`Trie` named tuple.  Kernels called
+from Python take the plain tuple :attr:`TrieArrays.bundle` (Numba types a plain tuple of arrays
+in C; a named tuple costs a Python-level ``typeof`` per call) and rebuild the named view on
+entry with ``Trie(*trie)``.
 """
 
 from __future__ import annotations
+
+from collections import namedtuple
 
 import numpy as np
 
 from .._jit import jit
 
-__all__ = ["TrieArrays", "insert_kernel", "insert_counted_kernel", "M_SIZE", "M_GHEAD",
-           "M_GTAIL", "M_UNUSED", "M_FREETOP", "M_EPOCH", "M_HTCOUNT"]
+__all__ = ["Trie", "TrieArrays", "insert_kernel", "child_of", "M_SIZE", "M_GHEAD", "M_GTAIL",
+           "M_UNUSED", "M_FREETOP", "M_EPOCH", "M_FREEHEAD", "META_SIZE"]
 
-# Slots of the int64 ``meta`` array.
-M_SIZE, M_GHEAD, M_GTAIL, M_UNUSED, M_FREETOP, M_EPOCH, M_HTCOUNT = range(7)
+# Slots of the int64 ``meta`` array.  M_FREETOP: number of free slots; M_FREEHEAD: the first.
+M_SIZE, M_GHEAD, M_GTAIL, M_UNUSED, M_FREETOP, M_EPOCH, M_FREEHEAD = range(7)
+META_SIZE = 7
+
+#: The trie's arrays.  Per node (length ``alloc``): ``tok``, ``par``, ``freq``, ``ver`` (int64,
+#: bumped when the slot is freed), ``c_head``/``c_next``/``c_prev`` (recency list of children),
+#: ``g_next``/``g_prev`` (global LRU list; ``g_next`` also links free slots), all int32 but
+#: ``ver`` (a node has children iff ``c_head != -1``); ``ht``: int32 child table of node indices (-1 empty, size a power of two
+#: at least twice ``alloc``); ``meta``: int64 counters (``M_*``).
+Trie = namedtuple("Trie", "tok par freq ver c_head c_next c_prev g_next g_prev ht meta")
+
+_NODE_DTYPES = dict(tok=np.int32, par=np.int32, freq=np.int32, ver=np.int64, c_head=np.int32,
+                    c_next=np.int32, c_prev=np.int32, g_next=np.int32, g_prev=np.int32)
 
 
 class TrieArrays:
-    """Owner of the trie's arrays; grows them before a kernel could run out of room."""
+    """Owner of the trie's arrays; grows them before a kernel could run out of room.
+
+    ``bundle``: the arrays as a plain tuple in :data:`Trie` field order (what kernels take),
+    kept current when growth replaces an array.
+    """
 
     def __init__(self, capacity: int, initial: int = 1024) -> None:
         self.capacity = capacity
         self.alloc = 0
         n = min(capacity, initial)
-        self.tok = np.zeros(0, np.int32)
-        self.meta = np.zeros(7, np.int64)
+        self.meta = np.zeros(META_SIZE, np.int64)
+        for name, dtype in _NODE_DTYPES.items():
+            setattr(self, name, np.zeros(0, dtype))
+        self.ht = np.full(0, -1, np.int32)
         self._allocate(n)
-        self.ht_key = np.full(0, -1, np.int64)
-        self.ht_val = np.full(0, -1, np.int32)
         self._rehash(self._table_size(n))
         self.reset(first=True)
 
@@ -41,12 +65,10 @@ class TrieArrays:
         m[:] = 0
         m[M_EPOCH] = epoch
         m[M_SIZE] = 1
-        m[M_GHEAD] = m[M_GTAIL] = -1
+        m[M_GHEAD] = m[M_GTAIL] = m[M_FREEHEAD] = -1
         m[M_UNUSED] = 1  # slot 0 is the root
         self.c_head[0] = -1
-        self.nchild[0] = 0
-        self.ht_key[:] = -1
-        self.ht_val[:] = -1
+        self.ht[:] = -1
         # Versions survive a reset: stored references to old slots must still read as stale
         # even across epochs (the epoch check catches them first, as in SGLang).
 
@@ -59,112 +81,110 @@ class TrieArrays:
 
     def _allocate(self, n: int) -> None:
         old = self.alloc
-        specs = dict(tok=np.int32, par=np.int32, freq=np.int32, ver=np.int64, c_head=np.int32,
-                     c_next=np.int32, c_prev=np.int32, nchild=np.int32, g_next=np.int32,
-                     g_prev=np.int32, free=np.int32)
-        for name, dtype in specs.items():
+        for name, dtype in _NODE_DTYPES.items():
             new = np.full(n, -1, dtype) if name != "ver" else np.ones(n, dtype)
             if old:
                 new[:old] = getattr(self, name)
             setattr(self, name, new)
         self.alloc = n
+        self._refresh()
 
     def _rehash(self, size: int) -> None:
-        keys = self.ht_key[self.ht_key >= 0] if self.ht_key.size else self.ht_key
-        vals = self.ht_val[self.ht_key >= 0] if self.ht_key.size else self.ht_val
-        self.ht_key = np.full(size, -1, np.int64)
-        self.ht_val = np.full(size, -1, np.int32)
-        _ht_bulk_insert(self.ht_key, self.ht_val, keys, vals)
+        nodes = self.ht[self.ht >= 0]
+        self.ht = np.full(size, -1, np.int32)
+        _ht_bulk_insert(self.ht, self.par, self.tok, nodes)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        # Rebuilt only when an array is replaced: building it per call costs 1.5 us.
+        self.bundle = tuple(getattr(self, f) for f in Trie._fields)
 
     def grow(self) -> None:
         """Double the node arrays (never beyond ``capacity``) and keep the table half empty."""
         if self.alloc >= self.capacity:
             raise AssertionError("a full-capacity trie never needs to grow")
         self._allocate(min(self.capacity, 2 * self.alloc))
-        if self.ht_key.size < 2 * self.alloc:
+        if self.ht.size < 2 * self.alloc:
             self._rehash(self._table_size(self.alloc))
 
-    def arrays(self):
-        return (self.tok, self.par, self.freq, self.ver, self.c_head, self.c_next, self.c_prev,
-                self.nchild, self.g_next, self.g_prev, self.free, self.ht_key, self.ht_val,
-                self.meta)
+    def room(self) -> int:
+        """Node slots usable without growing: free slots plus never-used ones."""
+        return int(self.meta[M_FREETOP]) + self.alloc - int(self.meta[M_UNUSED])
+
+    def ensure_room(self, need: int) -> None:
+        """Grow until ``need`` nodes fit without growing (or the arrays reach ``capacity``)."""
+        while self.alloc < self.capacity and self.room() < need:
+            self.grow()
+
+    def named(self) -> Trie:
+        return Trie(*self.bundle)
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays())
+        return sum(a.nbytes for a in self.bundle)
 
 
 @jit
-def _key(parent, token):
-    return (np.int64(parent) << np.int64(32)) | (np.int64(token) & np.int64(0xFFFFFFFF))
-
-
-@jit
-def _slot(key, mask):
+def _slot(parent, token, mask):
     # Multiplicative mixing that stays below 2**63, so plain Python (JIT off) never overflows.
-    x = (key >> np.int64(32)) * np.int64(0x9E3779B1) + (key & np.int64(0xFFFFFFFF))
+    x = np.int64(parent) * np.int64(0x9E3779B1) + (np.int64(token) & np.int64(0xFFFFFFFF))
     x = x ^ (x >> np.int64(17))
     return x & mask
 
 
 @jit
-def _ht_bulk_insert(ht_key, ht_val, keys, vals):
-    mask = ht_key.size - 1
-    for i in range(keys.size):
-        s = _slot(keys[i], mask)
-        while ht_key[s] != -1:
+def _ht_bulk_insert(ht, par, tok, nodes):
+    mask = ht.size - 1
+    for i in range(nodes.size):
+        v = nodes[i]
+        s = _slot(par[v], tok[v], mask)
+        while ht[s] != -1:
             s = (s + 1) & mask
-        ht_key[s] = keys[i]
-        ht_val[s] = vals[i]
+        ht[s] = v
 
 
 @jit
-def child_of(ht_key, ht_val, parent, token):
+def child_of(ht, par, tok, parent, token):
     """The child of ``parent`` with ``token``, or -1."""
-    key = _key(parent, token)
-    mask = ht_key.size - 1
-    s = _slot(key, mask)
+    mask = ht.size - 1
+    s = _slot(parent, token, mask)
     while True:
-        k = ht_key[s]
-        if k == key:
-            return ht_val[s]
-        if k == -1:
+        v = ht[s]
+        if v == -1:
             return -1
+        if tok[v] == token and par[v] == parent:
+            return v
         s = (s + 1) & mask
 
 
 @jit
-def _ht_put(ht_key, ht_val, parent, token, node):
-    key = _key(parent, token)
-    mask = ht_key.size - 1
-    s = _slot(key, mask)
-    while ht_key[s] != -1:
+def _ht_put(ht, parent, token, node):
+    mask = ht.size - 1
+    s = _slot(parent, token, mask)
+    while ht[s] != -1:
         s = (s + 1) & mask
-    ht_key[s] = key
-    ht_val[s] = node
+    ht[s] = node
 
 
 @jit
-def _ht_delete(ht_key, ht_val, parent, token):
-    key = _key(parent, token)
-    mask = ht_key.size - 1
-    s = _slot(key, mask)
-    while ht_key[s] != key:
+def _ht_delete(ht, par, tok, node):
+    mask = ht.size - 1
+    s = _slot(par[node], tok[node], mask)
+    while ht[s] != node:
         s = (s + 1) & mask
     # Backward-shift deletion keeps every probe chain unbroken without tombstones.
     hole = s
     j = s
     while True:
         j = (j + 1) & mask
-        if ht_key[j] == -1:
+        v = ht[j]
+        if v == -1:
             break
-        home = _slot(ht_key[j], mask)
+        home = _slot(par[v], tok[v], mask)
         if (j > hole and (home <= hole or home > j)) or (j < hole and (home <= hole and home > j)):
-            ht_key[hole] = ht_key[j]
-            ht_val[hole] = ht_val[j]
+            ht[hole] = v
             hole = j
-    ht_key[hole] = -1
-    ht_val[hole] = -1
+    ht[hole] = -1
 
 
 @jit
@@ -232,45 +252,39 @@ def _g_push_back(g_next, g_prev, meta, node):
 
 
 @jit
-def _squeeze(count, tok, par, ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free,
-             ht_key, ht_val, meta):
+def squeeze(t, count):
+    """Evict ``count`` nodes from the back of the global LRU list (always leaves)."""
+    meta = t.meta
     for _ in range(count):
         node = meta[M_GTAIL]
-        _g_unlink(g_next, g_prev, meta, node)
-        parent = par[node]
-        _unlink_child(c_head, c_next, c_prev, parent, node)
-        nchild[parent] -= 1
-        _ht_delete(ht_key, ht_val, parent, tok[node])
-        ver[node] += 1
-        free[meta[M_FREETOP]] = node
+        _g_unlink(t.g_next, t.g_prev, meta, node)
+        parent = t.par[node]
+        _unlink_child(t.c_head, t.c_next, t.c_prev, parent, node)
+        _ht_delete(t.ht, t.par, t.tok, node)
+        t.ver[node] += 1
+        t.g_next[node] = meta[M_FREEHEAD]
+        meta[M_FREEHEAD] = node
         meta[M_FREETOP] += 1
         meta[M_SIZE] -= 1
 
 
 @jit
-def insert_kernel(flat, offsets, starts_from, max_depth, capacity, tok, par, freq, ver, c_head,
-                  c_next, c_prev, nchild, g_next, g_prev, free, ht_key, ht_val, meta, path, pos):
+def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, trie, path, pos):
     """Insert every sequence ``flat[offsets[s]:offsets[s+1]]`` in order, SGLang's way.
 
     Suffix starts are every ``i`` with ``i + starts_from < len`` (0 = every suffix, the last
-    token alone included).  Work starts at sequence ``pos[0]``, suffix ``pos[1]``.  Returns
-    False, with ``pos`` at the suffix to resume from, when the node arrays are full: the
-    caller grows them and calls again (memory follows use, not ``capacity``).
-    """
-    count_from = np.zeros(offsets.size - 1, np.int64)
-    return insert_counted_kernel(flat, offsets, starts_from, count_from, max_depth, capacity,
-                                 tok, par, freq, ver, c_head, c_next, c_prev, nchild, g_next,
-                                 g_prev, free, ht_key, ht_val, meta, path, pos)
-
-
-@jit
-def insert_counted_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, tok, par,
-                          freq, ver, c_head, c_next, c_prev, nchild, g_next, g_prev, free,
-                          ht_key, ht_val, meta, path, pos):
-    """:func:`insert_kernel` that counts only the tokens at positions ``>= count_from[s]`` of
-    sequence ``s``: a walked node whose token lies before that is touched (recency, LRU) but its
+    token alone included).  Only the tokens at positions ``>= count_from[s]`` of sequence ``s``
+    are counted: a walked node whose token lies before that is touched (recency, LRU) but its
     ``freq`` is not incremented, and is created with ``freq`` 0 (ngramspec's exact counting;
-    ``count_from`` of zeros is SGLang's insert)."""
+    ``count_from`` of zeros is SGLang's insert).  ``trie``: :attr:`TrieArrays.bundle`.
+
+    Work starts at sequence ``pos[0]``, suffix ``pos[1]``.  Returns False, with ``pos`` at the
+    suffix to resume from, when the node arrays are full: the caller grows them and calls again
+    (memory follows use, not ``capacity``).
+    """
+    t = Trie(*trie)
+    tok, par, freq, c_head, c_next, c_prev = t.tok, t.par, t.freq, t.c_head, t.c_next, t.c_prev
+    g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
     alloc = tok.size
     for s in range(pos[0], offsets.size - 1):
         lo = offsets[s]
@@ -283,32 +297,30 @@ def insert_counted_kernel(flat, offsets, starts_from, count_from, max_depth, cap
             length = min(n - i, max_depth)
             free_count = capacity - meta[M_SIZE]
             if length > free_count:
-                _squeeze(length - free_count, tok, par, ver, c_head, c_next, c_prev, nchild,
-                         g_next, g_prev, free, ht_key, ht_val, meta)
+                squeeze(t, length - free_count)
             if meta[M_FREETOP] + (alloc - meta[M_UNUSED]) < length:
                 pos[0] = s
                 pos[1] = i
                 return False
             cur = 0
             for k in range(length):
-                t = flat[lo + i + k]
-                child = child_of(ht_key, ht_val, cur, t)
+                tk = flat[lo + i + k]
+                child = child_of(ht, par, tok, cur, tk)
                 if child == -1:
                     if meta[M_FREETOP] > 0:
                         meta[M_FREETOP] -= 1
-                        child = free[meta[M_FREETOP]]
+                        child = meta[M_FREEHEAD]
+                        meta[M_FREEHEAD] = g_next[child]
                     else:
                         child = meta[M_UNUSED]
                         meta[M_UNUSED] += 1
                     meta[M_SIZE] += 1
-                    tok[child] = t
+                    tok[child] = tk
                     par[child] = cur
                     freq[child] = 1 if i + k >= counted else 0
                     c_head[child] = -1
-                    nchild[child] = 0
-                    _ht_put(ht_key, ht_val, cur, t, child)
+                    _ht_put(ht, cur, tk, child)
                     _push_child_front(c_head, c_next, c_prev, cur, child)
-                    nchild[cur] += 1
                     _g_push_back(g_next, g_prev, meta, child)
                 else:
                     if i + k >= counted:
