@@ -385,3 +385,11 @@ def test_flat_automaton_wide_states_equal_reference(prob):
     np.testing.assert_array_equal(f_tok, r_tok)
     np.testing.assert_array_equal(f_mask, r_mask)
     assert flat.max_kids > 16
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warmup_with_corpora_leaves_the_cache_alone(backend):
+    cache = _cache(backend)
+    cache.add_corpus("docs", [[1, 2, 3]])
+    assert cache.warmup() is cache
+    assert cache.corpora() == {"docs": 3}
