@@ -76,23 +76,29 @@ def time_build(stream: np.ndarray, repeats: int) -> dict:
 
 
 _MEM_CHILD = r"""
-import resource, sys, numpy as np
+import sys, numpy as np
 sys.path.insert(0, sys.argv[3])
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
 def peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
+def reset_peak():  # Linux: writing 5 to clear_refs resets the peak resident size
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 stream = np.load(sys.argv[2])
 if sys.argv[1] == "ngramspec":
     from ngramspec.engine.sam import FlatAutomaton
     FlatAutomaton.build(stream[:1000], prob=False)
+    reset_peak()
     before = rss()
     sam = FlatAutomaton.build(stream, prob=False)
     extra = sam.nbytes()
 else:
     from peers import sglang_sam
     sglang_sam.SamHandle(stream[:1000]).close()
+    reset_peak()
     before = rss()
     sam = sglang_sam.SamHandle(stream)
     extra = 0
