@@ -313,6 +313,7 @@ class Corpora:
         #: for all; the reference backend always keeps them).
         self.record_parts = False
         self._kernel_list = None  # numba backend: the automata as the match kernel takes them
+        self._split = (0, config.budget)  # split() of the automata in _kernel_list
 
     # Management ------------------------------------------------------------------------
 
@@ -389,6 +390,8 @@ class Corpora:
 
     def split(self) -> tuple[int, int]:
         """``(per-corpus budget, trie budget)`` of SGLang's ``batchMatch`` (§3.6.7)."""
+        if self._kernel_list is not None:  # unchanged since the last match
+            return self._split
         total = self.config.budget
         k = len(self.automata)
         sam_total = min(self.config.external_sam_budget, total) if k else 0
@@ -412,6 +415,7 @@ class Corpora:
         if self.backend == "numba" and not self.record_parts:
             from .engine.sam import automata_list, match_corpora  # loaded: a dict lookup
             if self._kernel_list is None:
+                self._split = (per, trie_budget)
                 self._kernel_list = automata_list([self.automata[c] for c in self.order])
             return match_corpora(self._kernel_list, contexts, per, tokens, mask,
                                  cfg.draft_token_num, max_depth=cfg.trie_depth,
