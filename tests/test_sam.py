@@ -393,3 +393,46 @@ def test_warmup_with_corpora_leaves_the_cache_alone(backend):
     cache.add_corpus("docs", [[1, 2, 3]])
     assert cache.warmup() is cache
     assert cache.corpora() == {"docs": 3}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_corpus_changes_and_matches_from_threads(backend):
+    """A match sees a corpus entirely or not at all: while another thread adds and removes
+    it, every draft equals the one without it or the one with it."""
+    import threading
+
+    cache = _cache(backend)
+    cache.insert([[1, 2, 3, 4]])
+    without = cache.match([[1, 2]]).tokens.tolist()
+    cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+    with_ = cache.match([[1, 2]]).tokens.tolist()
+    cache.remove_corpus("docs")
+    assert without != with_
+    seen, stop = [], threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+            cache.remove_corpus("docs")
+
+    worker = threading.Thread(target=flip)
+    worker.start()
+    try:
+        for _ in range(200):
+            seen.append(cache.match([[1, 2]]).tokens.tolist())
+    finally:
+        stop.set()
+        worker.join()
+    assert {str(s) for s in seen} <= {str(without), str(with_)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_save_keeps_the_settings_not_the_corpora(backend, tmp_path):
+    cache = _cache(backend)
+    cache.insert([[1, 2, 3, 4]])
+    cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+    cache.save(tmp_path / "c.npz")
+    loaded = ns.NgramCache.load(tmp_path / "c.npz")
+    assert loaded.config == cache.config and loaded.corpora() == {}
+    loaded.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+    assert loaded.match([[1, 2]]).tokens.tolist() == cache.match([[1, 2]]).tokens.tolist()
