@@ -398,7 +398,8 @@ class NgramConfig:
         all_args = dict(_SGLANG_SHARED_ARGS)
         for names in _SGLANG_PROFILE_ARGS.values():
             all_args.update(names)
-        known = sorted(["speculative_algorithm", "speculative_num_draft_tokens"]
+        known = sorted(["speculative_algorithm", "speculative_num_draft_tokens",
+                        f"speculative_ngram_{_SGLANG_CORPUS_PATH}"]
                        + [f"speculative_ngram_{k}" for k in all_args if k != "num_draft_tokens"])
         fields: dict[str, Any] = {}
         corpus_path = None
