@@ -442,7 +442,11 @@ def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
         except ImportError:
             raise ValueError("--tokenizer needs the transformers package "
                              "(pip install transformers)") from None
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--tokenizer {args.tokenizer}: no tokenizer could be loaded "
+                             f"from there ({e})") from None
     return {path: read_corpus(path, tokenizer=tokenizer) for path in args.corpus}
 
 

@@ -113,6 +113,8 @@ def test_cli_simulate_with_corpus(rows, tmp_path):
     (["--corpus", "missing.jsonl", "--external-sam-budget", "4"], "missing.jsonl"),
     (["--corpus", "CORPUS"], "external_sam_budget is 0"),
     (["--corpus", "CORPUS", "--external-sam-budget", "12"], "external_sam_budget must be in"),
+    (["--corpus", "CORPUS", "--external-sam-budget", "4", "--tokenizer", "no-such-dir"],
+     "--tokenizer"),
 ])
 def test_cli_corpus_errors(rows, tmp_path, capsys, extra, message):
     corpus = tmp_path / "corpus.jsonl"
