@@ -324,6 +324,11 @@ class Corpora:
                             f"{corpus_id!r}")
         if not corpus_id:
             raise ValueError("corpus_id must be a non-empty string")
+        try:
+            corpus_id.encode("utf-8")  # SGLang hashes its UTF-8 bytes
+        except UnicodeEncodeError:
+            raise ValueError(f"corpus_id {corpus_id!r} is not valid Unicode text (it holds a "
+                             "lone surrogate)") from None
         if cfg.external_sam_budget == 0:
             raise ValueError("external_sam_budget is 0, so corpora would never be consulted "
                              "(SGLang loads them and ignores them); create the cache with "
