@@ -357,6 +357,37 @@ class NgramCache:
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch(tokens, mask, num_drafts)
 
+    # What Drafter's options beyond SGLang use (inputs already validated) --------------------
+
+    def _match_adaptive(self, batch: list[np.ndarray],
+                        local: Sequence["NgramCache | None"] | None = None) -> DraftBatch:
+        """ADAPTIVE drafts; ``local[b]``: request b's own cache, searched before this one."""
+        self.synchronize()
+        locals_ = None if local is None else [None if c is None else c._backend for c in local]
+        with self._lock:
+            tokens, mask, num, probs = self._backend.match_adaptive(batch, locals_)
+        return DraftBatch(tokens, mask, num, probs)
+
+    def _insert_counted(self, sequences: list[np.ndarray], count_from: Sequence[int]) -> None:
+        """Insert with exact counting: only positions ``>= count_from[s]`` of sequence s count."""
+        self.synchronize()
+        with self._lock:
+            self._backend.insert_counted(sequences, count_from)
+
+    def erase(self, request_ids: Sequence[Any]) -> None:
+        """Forget the match states of these requests; unknown ids are a no-op."""
+        keys = _as_request_ids(request_ids)
+        self.synchronize()
+        with self._lock:
+            self._backend.erase(keys)
+
+    def reset(self) -> None:
+        """Empty the trie and forget every match state (after queued inserts have run).
+        External corpora are kept, as SGLang's cache flush keeps them."""
+        self.synchronize()
+        with self._lock:
+            self._backend.reset()
+
     # External corpora (SGLang 0.5.23; ngramspec.corpora) ------------------------------------
 
     def add_corpus(self, corpus_id: str, documents) -> int:
@@ -415,36 +446,6 @@ class NgramCache:
         order (the one in which their trees are merged)."""
         with self._lock:
             return self._corpora.counts()
-
-    # What Drafter's options beyond SGLang use (inputs already validated) --------------------
-
-    def _match_adaptive(self, batch: list[np.ndarray],
-                        local: Sequence["NgramCache | None"] | None = None) -> DraftBatch:
-        """ADAPTIVE drafts; ``local[b]``: request b's own cache, searched before this one."""
-        self.synchronize()
-        locals_ = None if local is None else [None if c is None else c._backend for c in local]
-        with self._lock:
-            tokens, mask, num, probs = self._backend.match_adaptive(batch, locals_)
-        return DraftBatch(tokens, mask, num, probs)
-
-    def _insert_counted(self, sequences: list[np.ndarray], count_from: Sequence[int]) -> None:
-        """Insert with exact counting: only positions ``>= count_from[s]`` of sequence s count."""
-        self.synchronize()
-        with self._lock:
-            self._backend.insert_counted(sequences, count_from)
-
-    def erase(self, request_ids: Sequence[Any]) -> None:
-        """Forget the match states of these requests; unknown ids are a no-op."""
-        keys = _as_request_ids(request_ids)
-        self.synchronize()
-        with self._lock:
-            self._backend.erase(keys)
-
-    def reset(self) -> None:
-        """Empty the trie and forget every match state (after queued inserts have run)."""
-        self.synchronize()
-        with self._lock:
-            self._backend.reset()
 
     # Background inserts ------------------------------------------------------------------
 
