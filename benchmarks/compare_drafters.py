@@ -87,7 +87,7 @@ SGLANG_EXPECTED = {"BFS": 1.72, "PROB": 1.65}
 def _check_sglang(stats, rows, match_type: str) -> None:
     """The ngramspec Drafter replay must equal ns.simulate step by step, and give SGLang's
     pooled figure on the whole corpus."""
-    sim = ns.simulate(rows, ns.NgramConfig(match_type=match_type))
+    sim = ns.simulate(rows, config=ns.NgramConfig(match_type=match_type))
     for s, em, drafts in zip(stats, sim.emitted, sim.drafts):
         if not (np.array_equal(s.emitted, em) and np.array_equal(s.real, drafts)):
             raise AssertionError(f"SGLang {match_type}: replay differs from ns.simulate on "

@@ -119,7 +119,7 @@ def main() -> None:
     for mt in args.match_type:
         cfg = ns.NgramConfig(match_type=mt)
         for c in args.concurrency:
-            runs = [ns.simulate(rows, cfg, concurrency=c) for _ in range(args.repeats)]
+            runs = [ns.simulate(rows, config=cfg, concurrency=c) for _ in range(args.repeats)]
             ours = statistics.median(tokens / r.wall_seconds for r in runs)
             cells = ["-", "-", "-"]
             if have_peer:

@@ -103,9 +103,9 @@ def main(argv=None) -> int:
     cfg = ns.NgramConfig(match_type=args.match_type, draft_token_num=args.draft_token_num,
                          external_sam_budget=args.budget)
     corpora = corpora_for(args.corpus, all_rows, args.task)
-    plain = ns.simulate(rows, cfg)
+    plain = ns.simulate(rows, config=cfg)
     t0 = time.perf_counter()
-    with_corpus = ns.simulate(rows, cfg, corpora=corpora)
+    with_corpus = ns.simulate(rows, config=cfg, corpora=corpora)
     seconds = time.perf_counter() - t0
     counts, emitted = attribute(rows, cfg, corpora)
     for a, b in zip(emitted, with_corpus.emitted):

@@ -227,7 +227,7 @@ class NgramspecProposer:
         ``"all"`` (SGLang): send every slot of the tree, padding included (``draft_token_num
         - 1`` nodes); ``"real"``: send only the ``num_drafts`` real drafts (slots
         ``1..num_drafts``, which come first in SGLang's level order).
-    drafter : callable(config) -> Drafter-like, optional
+    drafter : callable(config=config) -> Drafter-like, optional
         Build the drafter from the config (default ``ns.Drafter``): lets a different drafter
         with the same ``add_request`` / ``propose`` / ``accept`` / ``finish`` calls plug in.
 
@@ -250,7 +250,7 @@ class NgramspecProposer:
         self.config = config
         self.send = send
         self.check_context = check_context
-        self.drafter = (drafter or ns.Drafter)(config)
+        self.drafter = (drafter or ns.Drafter)(config=config)
         self.name = name or f"ngramspec {getattr(config, 'match_type', '')}".strip()
         self.last_real: int | None = None
         self.last_overhead_ns = 0

@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         model = tiny_model(args.vocab, args.seed, args.layers, args.hidden)
         prompts = repetitive_prompts(args.vocab, args.prompts, args.seed)
 
-    drafter = ns.Drafter(ns.NgramConfig(draft_token_num=args.draft_token_num, capacity=100_000))
+    drafter = ns.Drafter(config=ns.NgramConfig(draft_token_num=args.draft_token_num,
+                                               capacity=100_000))
     all_same = True
     totals = [0, 0, 0]
     t0 = time.perf_counter()

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = load(args.prompts)
     model = NgramLM([r["prompt_ids"] + r["output_ids"] for r in rows])
-    drafter = ns.Drafter(ns.NgramConfig(capacity=200_000))
+    drafter = ns.Drafter(config=ns.NgramConfig(capacity=200_000))
     all_same, plain_total, spec_total = True, 0, 0
     print(f"{'request':<34} {'identical':>9} {'plain fwd':>9} {'spec fwd':>8} {'accept len':>10}")
     for row in rows:

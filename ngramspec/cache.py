@@ -1,4 +1,6 @@
-"""``NgramCache``: the public n-gram drafter (argument checking, packing, lock, backend)."""
+"""``NgramCache``: the public n-gram drafter (the facade: lock, backend choice, background
+inserts, save/load).  Input checks live in :mod:`ngramspec._validate`, the file format in
+:mod:`ngramspec.persist`, the algorithms in the backends (``engine/``, ``reference/``)."""
 
 from __future__ import annotations
 
@@ -6,126 +8,32 @@ import collections
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, Hashable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _validate as v
+from . import persist
 from .config import NgramConfig
 from .corpora import Corpora
 from .drafts import DraftBatch
 from .errors import BackgroundInsertError
 
+if TYPE_CHECKING:
+    from ._canonical import CanonicalContent
+
 __all__ = ["NgramCache", "BACKENDS"]
 
 BACKENDS = ("numba", "reference")
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
-
-def _out_of_int32(items: list, name: str) -> ValueError:
-    bad = next(t for t in items if not _INT32_MIN <= int(t) <= _INT32_MAX)
-    return ValueError(f"{name} holds a token id outside int32 [{_INT32_MIN}, {_INT32_MAX}]: "
-                      f"{int(bad)}")
-
-
-def _as_sequence(seq: Any, name: str) -> np.ndarray:
-    """One 1-D sequence of token ids as an int32 array; a clear error otherwise."""
-    if isinstance(seq, np.ndarray) or (hasattr(seq, "__array__")
-                                       and not isinstance(seq, (str, bytes))):
-        arr = np.asarray(seq)
-        if arr.ndim != 1:
-            deeper = " (nesting deeper than a batch of sequences)" if arr.ndim > 1 else ""
-            raise ValueError(f"{name} must be a 1-D sequence of token ids, got an array of "
-                             f"shape {arr.shape}{deeper}")
-    elif isinstance(seq, (str, bytes, bytearray)) or not isinstance(seq, Sequence):
-        raise TypeError(f"{name} must be a 1-D sequence of integer token ids (list, tuple, "
-                        f"range or integer array), got {type(seq).__name__}")
-    else:
-        items = list(seq)
-        # Fast path: plain Python ints within int32 (type() excludes bool, a subclass of int).
-        if all(type(t) is int for t in items) and (
-                not items or (_INT32_MIN <= min(items) and max(items) <= _INT32_MAX)):
-            return np.array(items, dtype=np.int32)
-        for t in items:
-            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
-                raise TypeError(f"{name} must hold integer token ids, found "
-                                f"{type(t).__name__} {t!r}")
-        try:
-            arr = np.asarray(items, dtype=np.int64) if items else np.zeros(0, np.int64)
-        except OverflowError:  # Python ints beyond int64
-            raise _out_of_int32(items, name) from None
-    kind, size = arr.dtype.kind, arr.dtype.itemsize
-    if arr.size and kind not in "iu":
-        raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
-    # Only wide integer dtypes can hold ids outside int32.
-    if arr.size and ((kind == "i" and size > 4) or (kind == "u" and size >= 4)) and (
-            arr.min() < _INT32_MIN or arr.max() > _INT32_MAX):
-        raise ValueError(f"{name} holds token ids outside int32 "
-                         f"[{_INT32_MIN}, {_INT32_MAX}]: min {arr.min()}, max {arr.max()}")
-    # No copy for int32 input: the backends copy while packing and never keep the array.
-    return arr.astype(np.int32, copy=False)
-
-
-def _as_batch(batch: Any, name: str) -> list[np.ndarray]:
-    """A batch (list of 1-D sequences, or a 2-D array) as a list of int32 arrays."""
-    if isinstance(batch, np.ndarray):
-        if batch.ndim != 2:
-            hint = (" (a 1-D array is one sequence: wrap it as [array])" if batch.ndim == 1
-                    else "")
-            raise ValueError(f"{name} as an array must be 2-D (batch, length), got shape "
-                             f"{batch.shape}{hint}")
-        return [_as_sequence(row, f"{name}[{i}]") for i, row in enumerate(batch)]
-    if isinstance(batch, (str, bytes)) or not isinstance(batch, Sequence):
-        raise TypeError(f"{name} must be a list of 1-D integer sequences or a 2-D integer "
-                        f"array, got {type(batch).__name__}")
-    if batch and all(isinstance(t, (int, np.integer)) for t in batch):
-        raise TypeError(f"{name} must be a batch (a list of sequences), got a flat sequence "
-                        f"of ints; wrap it as [{name}]")
-    return [_as_sequence(seq, f"{name}[{i}]") for i, seq in enumerate(batch)]
-
-
-def _as_lengths(total_lens: Any, n: int) -> np.ndarray:
-    """``total_lens`` as an int64 array of ``n`` values; a clear error otherwise."""
-    if isinstance(total_lens, np.ndarray):
-        lens = total_lens
-    elif isinstance(total_lens, (str, bytes)) or not isinstance(total_lens, Sequence):
-        raise TypeError(f"total_lens must be a 1-D sequence of ints (list, tuple or integer "
-                        f"array), got {type(total_lens).__name__}")
-    else:
-        items = list(total_lens)
-        for i, t in enumerate(items):
-            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
-                raise TypeError(f"total_lens[{i}] must be an integer, got "
-                                f"{type(t).__name__} {t!r}")
-        try:
-            lens = np.asarray(items, dtype=np.int64) if items else np.zeros(0, np.int64)
-        except OverflowError:
-            raise ValueError("total_lens values must fit in int64") from None
-    if lens.ndim != 1 or (lens.size and lens.dtype.kind not in "iu"):
-        raise TypeError(f"total_lens must be a 1-D sequence of integers, got dtype "
-                        f"{lens.dtype} and shape {lens.shape}")
-    if lens.size != n:
-        raise ValueError(f"total_lens has {lens.size} values for {n} contexts")
-    if lens.size and lens.dtype.kind == "u" and lens.max() > np.iinfo(np.int64).max:
-        raise ValueError("total_lens values must fit in int64")
-    return lens.astype(np.int64, copy=False)
-
-
-def _as_request_ids(request_ids: Any) -> list[Hashable]:
-    """``request_ids`` as a list of plain ``str``/``int`` keys; a clear error otherwise."""
-    if isinstance(request_ids, (str, bytes)) or not isinstance(
-            request_ids, (Sequence, np.ndarray)) or (
-            isinstance(request_ids, np.ndarray) and request_ids.ndim != 1):
-        what = (f"an array of shape {request_ids.shape}" if isinstance(request_ids, np.ndarray)
-                else type(request_ids).__name__)
-        raise TypeError(f"request_ids must be a 1-D sequence of str or int ids, got {what}")
-    return [_as_request_id(r, i) for i, r in enumerate(request_ids)]
-
-
-def _as_request_id(rid: Any, i: int) -> Hashable:
-    if isinstance(rid, (bool, np.bool_)) or not isinstance(rid, (str, int, np.integer)):
-        raise TypeError(f"request_ids[{i}] must be a str or an int, got {type(rid).__name__}")
-    return int(rid) if isinstance(rid, (int, np.integer)) else str(rid)
+def _backend_class(name: str):
+    """The class behind ``backend=name``; each has ``from_canonical`` / ``to_canonical``."""
+    if name == "numba":
+        from .engine import EngineBackend  # imports numba: only when a cache needs it
+        return EngineBackend
+    from .reference import ReferenceBackend
+    return ReferenceBackend
 
 
 class NgramCache:
@@ -203,14 +111,14 @@ class NgramCache:
             if options:
                 raise ValueError(f"pass either config= or individual options, not both "
                                  f"(got config and {sorted(options)})")
-            if not isinstance(config, NgramConfig):
-                raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
+            config = v.check_config(config, default=False)
         else:
             config = NgramConfig(**options)
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self._config = config
-        self._backend_name = backend
+        self._backend_name = v.check_backend(backend, BACKENDS)
+        # Read on every match: plain attributes, not properties of the config.
+        self._stateful = config.stateful
+        self._adaptive = config.match_type == "ADAPTIVE"
         self._lock = threading.Lock()
         self._backend = self._make_backend()
         self._corpora = Corpora(config, backend)
@@ -223,11 +131,7 @@ class NgramCache:
         self._errors: list[BaseException] = []
 
     def _make_backend(self):
-        if self._backend_name == "numba":
-            from .engine import EngineBackend  # imports numba: only when a cache needs it
-            return EngineBackend(self._config)
-        from .reference import ReferenceBackend
-        return ReferenceBackend(self._config)
+        return _backend_class(self._backend_name)(self._config)
 
     def warmup(self) -> "NgramCache":
         """Compile (or load from the on-disk cache) the kernels now, not on the first real call.
@@ -260,7 +164,8 @@ class NgramCache:
         self.synchronize()
         return self._backend.node_count
 
-    def insert(self, sequences, *, wait: bool = True) -> None:
+    def insert(self, sequences, *, wait: bool = True, count_from: Sequence[int] | None = None
+               ) -> None:
         """Insert a batch of token sequences, each in full and in batch order (SGLang's
         ``batch_put`` followed by ``synchronize``).  An empty sequence is a no-op.
 
@@ -276,6 +181,12 @@ class NgramCache:
             queued before it has been inserted, so results never depend on the thread.
             Errors of a background insert are raised by that next call or by
             :meth:`synchronize` (as :class:`~ngramspec.errors.BackgroundInsertError`).
+        count_from : sequence of int, optional
+            Exact counting (what :class:`Drafter` does with ``exact_counts``/``local_index``):
+            every suffix of ``sequences[s]`` is walked, but only the n-grams ending at
+            position ``count_from[s]`` or later add to frequencies (``0 <= count_from[s] <=
+            len(sequences[s])``), so that each occurrence is counted once although windows
+            overlap.  Default: SGLang's insert, where every n-gram counts.
 
         Examples
         --------
@@ -285,18 +196,25 @@ class NgramCache:
         >>> cache.match([[1, 2]]).tokens
         array([[2, 3, 4, 0]], dtype=int32)
         """
-        if not isinstance(wait, (bool, np.bool_)):
-            raise TypeError(f"wait must be a bool, got {type(wait).__name__} {wait!r}")
-        batch = _as_batch(sequences, "sequences")
+        v.check_bool(wait, "wait")
+        batch = v.as_batch(sequences, "sequences")
+        counts = None if count_from is None else v.as_count_from(count_from, batch)
         if not wait:
-            self._enqueue(batch)
+            self._enqueue(batch, counts)
             return
         self.synchronize()
         with self._lock:
+            self._insert(batch, counts)
+
+    def _insert(self, batch: list[np.ndarray], counts: list[int] | None) -> None:
+        if counts is None:
             self._backend.insert(batch)
+        else:
+            self._backend.insert_counted(batch, counts)
 
     def match(self, contexts, request_ids: Sequence[Any] | None = None,
-              total_lens: Sequence[int] | None = None) -> DraftBatch:
+              total_lens: Sequence[int] | None = None, *,
+              local: Sequence["NgramCache | None"] | None = None) -> DraftBatch:
         """Draft a token tree for each context (SGLang's ``batch_get``).
 
         Waits first for inserts queued with ``wait=False`` (as SGLang's worker synchronizes
@@ -307,7 +225,8 @@ class NgramCache:
         contexts : list of 1-D int sequences, or 2-D int array
             The tail of each request's sequence (SGLang sends the last ``max_trie_depth``
             tokens; 0.5.9 the last ``max_match_window_size``); the last token is the root of
-            its tree.  Must be non-empty.
+            its tree.  Must be non-empty.  int32/int64 arrays and lists of plain ints are the
+            cheap forms.
         request_ids : sequence of str or int, optional
             With ids, matching is stateful per id (SGLang's ``MatchState``), which can differ
             from stateless matching when the trie changed since the state was computed.
@@ -318,65 +237,63 @@ class NgramCache:
             the tail of (``total_lens[i] >= len(contexts[i])``).  A length smaller than the
             one a request's state saw last rebuilds the state (as SGLang does).  Without ids
             it is still checked, then ignored; ignored in profile ``"sglang-0.5.9"``.
+        local : sequence of NgramCache or None, optional
+            ``match_type="ADAPTIVE"`` only: per context, the request's own cache (same
+            backend), searched before this one (``None``: this one alone).  What
+            :class:`Drafter` does with ``local_index``.
         """
-        batch = _as_batch(contexts, "contexts")
-        if not batch:
-            raise ValueError("contexts must hold at least one context, got an empty batch")
-        for i, ctx in enumerate(batch):
-            if ctx.size == 0:
-                raise ValueError(f"contexts[{i}] is empty; a context needs at least one token "
-                                 "(its last token is the root of the draft tree)")
+        batch = v.as_contexts(contexts)
         keys = lens = None
-        if request_ids is not None and self._config.stateful:
-            keys = _as_request_ids(request_ids)
-            if len(keys) != len(batch):
-                raise ValueError(f"request_ids has {len(keys)} ids for {len(batch)} contexts")
-            if len(set(keys)) != len(keys):
-                raise ValueError("request_ids holds duplicates; each request in a batch needs "
-                                 "its own id (SGLang would silently share one match state)")
-            if total_lens is None:
-                raise ValueError("total_lens is required with request_ids: the full length of "
-                                 "each request's sequence drives its match state")
-        if total_lens is not None and self._config.stateful:
-            lens = _as_lengths(total_lens, len(batch))
-            sizes = np.fromiter((c.size for c in batch), np.int64, len(batch))
-            short = np.flatnonzero(lens < sizes)
-            if short.size:
-                i = int(short[0])
-                raise ValueError(f"total_lens[{i}] = {lens[i]} is shorter than "
-                                 f"contexts[{i}] ({sizes[i]} tokens)")
-            if keys is None:
-                lens = None  # checked, and meaningless without ids
-        if self._config.match_type == "ADAPTIVE":
-            return self._match_adaptive(batch)
+        if self._stateful:
+            if request_ids is not None:
+                keys = v.as_request_ids(request_ids, len(batch))
+                if total_lens is None:
+                    raise ValueError("total_lens is required with request_ids: the full "
+                                     "length of each request's sequence drives its match state")
+            if total_lens is not None:
+                lens = v.as_total_lens(total_lens, batch)
+                if keys is None:
+                    lens = None  # checked, and meaningless without ids
+        if self._adaptive:
+            return self._match_adaptive(batch, self._local_backends(local, len(batch)))
+        if local is not None:
+            raise ValueError("local= is for match_type='ADAPTIVE' only (local caches are "
+                             f"searched by it); this cache's is {self._config.match_type!r}")
         self.synchronize()
         with self._lock:
             if self._corpora.active:
                 tokens, mask, num_drafts = self._corpora.match(self._backend, batch, keys, lens)
             else:
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
-        return DraftBatch(tokens, mask, num_drafts)
+        return DraftBatch._trusted(tokens, mask, num_drafts)
 
-    # What Drafter's options beyond SGLang use (inputs already validated) --------------------
+    def _local_backends(self, local: Any, n: int) -> list | None:
+        if local is None:
+            return None
+        if isinstance(local, (str, bytes)) or not isinstance(local, Sequence) or len(local) != n:
+            raise TypeError(f"local must be a sequence of {n} NgramCache or None, one per "
+                            f"context, got {type(local).__name__}")
+        out = []
+        for i, c in enumerate(local):
+            if c is not None and (not isinstance(c, NgramCache)
+                                  or c._backend_name != self._backend_name):
+                raise TypeError(f"local[{i}] must be None or an NgramCache with backend "
+                                f"{self._backend_name!r}, got {c!r}")
+            if c is not None:
+                c.synchronize()
+            out.append(None if c is None else c._backend)
+        return out
 
-    def _match_adaptive(self, batch: list[np.ndarray],
-                        local: Sequence["NgramCache | None"] | None = None) -> DraftBatch:
-        """ADAPTIVE drafts; ``local[b]``: request b's own cache, searched before this one."""
+    def _match_adaptive(self, batch: list[np.ndarray], local_backends: list | None
+                        ) -> DraftBatch:
         self.synchronize()
-        locals_ = None if local is None else [None if c is None else c._backend for c in local]
         with self._lock:
-            tokens, mask, num, probs = self._backend.match_adaptive(batch, locals_)
-        return DraftBatch(tokens, mask, num, probs)
-
-    def _insert_counted(self, sequences: list[np.ndarray], count_from: Sequence[int]) -> None:
-        """Insert with exact counting: only positions ``>= count_from[s]`` of sequence s count."""
-        self.synchronize()
-        with self._lock:
-            self._backend.insert_counted(sequences, count_from)
+            tokens, mask, num, probs = self._backend.match_adaptive(batch, local_backends)
+        return DraftBatch._trusted(tokens, mask, num, probs)
 
     def erase(self, request_ids: Sequence[Any]) -> None:
         """Forget the match states of these requests; unknown ids are a no-op."""
-        keys = _as_request_ids(request_ids)
+        keys = v.as_request_ids(request_ids)
         self.synchronize()
         with self._lock:
             self._backend.erase(keys)
@@ -449,11 +366,11 @@ class NgramCache:
 
     # Background inserts ------------------------------------------------------------------
 
-    def _enqueue(self, batch: list[np.ndarray]) -> None:
+    def _enqueue(self, batch: list[np.ndarray], counts: list[int] | None) -> None:
         # Copy: the caller may reuse its arrays once we return (int32 input is not copied).
         batch = [np.array(s, dtype=np.int32, copy=True) for s in batch]
         with self._queue_cond:
-            self._queue.append(batch)
+            self._queue.append((batch, counts))
             self._queued += 1
             if not self._worker_running:
                 self._worker_running = True
@@ -467,11 +384,11 @@ class NgramCache:
                 if not self._queue:
                     self._worker_running = False
                     return
-                batch = self._queue.popleft()
+                batch, counts = self._queue.popleft()
             error = None
             try:
                 with self._lock:
-                    self._backend.insert(batch)
+                    self._insert(batch, counts)
             except BaseException as e:  # kept for the caller, never lost
                 error = e
             with self._queue_cond:
@@ -489,6 +406,8 @@ class NgramCache:
         (once) with the first failure as its cause; the batches queued after it were still
         inserted.
         """
+        if self._done == self._queued and not self._errors:
+            return  # nothing queued: the common case, no lock taken
         with self._queue_cond:
             target = self._queued
             while self._done < target:
@@ -541,9 +460,19 @@ class NgramCache:
         >>> NgramCache.load(path).match([[1, 2]]).tokens
         array([[2, 3, 4, 0]], dtype=int32)
         """
-        from .persist import save_cache
+        from . import __version__  # the package's, set after this module is imported
 
-        save_cache(self, path)
+        self.synchronize()
+        with self._lock:
+            content = self._backend.to_canonical()
+        persist.write(path, content, config=self._config, saved_by_backend=self._backend_name,
+                      library_version=__version__)
+
+    def _canonical(self) -> "CanonicalContent":
+        """The cache's canonical content (what :meth:`save` writes), states in id order."""
+        self.synchronize()
+        with self._lock:
+            return persist.in_id_order(self._backend.to_canonical())
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, backend: str | None = None,
@@ -564,6 +493,12 @@ class NgramCache:
         CacheFileError
             Truncated, corrupted, of an unknown format version, or of another ``config``.
         """
-        from .persist import load_cache
-
-        return load_cache(path, backend=backend, config=config)
+        v.check_backend(backend, BACKENDS, allow_none=True)
+        if config is not None:
+            config = v.check_config(config, default=False)
+        saved = persist.read(path, config=config)
+        if backend is None:
+            backend = saved.saved_by_backend if saved.saved_by_backend in BACKENDS else "numba"
+        cache = cls(config=saved.config, backend=backend)
+        cache._backend = _backend_class(backend).from_canonical(saved.config, saved.content)
+        return cache

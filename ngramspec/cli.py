@@ -396,8 +396,8 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     for asked, c in levels:
         bar = ProgressBar(f"simulate c={c}", force=args.progress)
         try:
-            result = simulate(rows, config, concurrency=c, backend=args.backend, progress=bar,
-                              corpora=corpora)
+            result = simulate(rows, config=config, concurrency=c, backend=args.backend,
+                              progress=bar, corpora=corpora)
         finally:
             bar.close()
         pred = predict_serving(result, cost, draft_ms=args.draft_ms) if cost else None
@@ -495,7 +495,8 @@ def _init_worker(rows: list[dict]) -> None:
 
 def _run_one(job: tuple) -> dict:
     options, asked, concurrency, backend, cost, draft_ms = job
-    r = simulate(_WORKER_ROWS, NgramConfig(**options), concurrency=concurrency, backend=backend)
+    r = simulate(_WORKER_ROWS, config=NgramConfig(**options), concurrency=concurrency,
+                 backend=backend)
     s = r.summary
     out = dict(options=options, concurrency=asked, tokens_per_step=s.tokens_per_step,
                draft_nodes_per_step=s.draft_nodes_per_step,

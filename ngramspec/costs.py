@@ -427,7 +427,8 @@ def schedule(result: Any, *, concurrency: int | None = None) -> Schedule:
     >>> from ngramspec.costs import schedule
     >>> rows = [{"id": i, "prompt_ids": [1, 2], "output_ids": [1, 2, 1, 2, 1][:k]}
     ...         for i, k in enumerate([5, 1, 3, 4])]
-    >>> r = ns.simulate(rows, ns.NgramConfig(draft_token_num=4, capacity=1000), concurrency=2)
+    >>> r = ns.simulate(rows, config=ns.NgramConfig(draft_token_num=4, capacity=1000),
+    ...                 concurrency=2)
     >>> [e.tolist() for e in r.emitted]     # request 1 has one output token: no step
     [[1, 2, 1], [], [1, 1], [3]]
     >>> s = schedule(r)
@@ -548,7 +549,8 @@ def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
     >>> from ngramspec.costs import CostTable, predict_serving
     >>> rows = [{"id": i, "prompt_ids": [1, 2], "output_ids": [1, 2, 1, 2, 1, 2, 1]}
     ...         for i in range(3)]
-    >>> r = ns.simulate(rows, ns.NgramConfig(draft_token_num=4, capacity=1000), concurrency=2)
+    >>> r = ns.simulate(rows, config=ns.NgramConfig(draft_token_num=4, capacity=1000),
+    ...                 concurrency=2)
     >>> [e.tolist() for e in r.emitted]
     [[1, 2, 3], [1, 2, 3], [4, 2]]
     >>> t = CostTable([(1, 1, 10), (1, 4, 20), (2, 1, 12), (2, 4, 30)])

@@ -36,7 +36,8 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .cache import NgramCache, _as_request_id, _as_sequence
+from . import _validate as v
+from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
 from .drafts import DraftBatch
 
@@ -67,13 +68,6 @@ class _Request:
         self.size = need
 
 
-def _check_id(rid: Any, name: str) -> Hashable:
-    try:
-        return _as_request_id(rid, 0)
-    except TypeError:
-        raise TypeError(f"{name} must be a str or an int, got {type(rid).__name__}") from None
-
-
 class Drafter:
     """SGLang's per-step NGRAM bookkeeping around an :class:`NgramCache`, for your own loop.
 
@@ -95,7 +89,7 @@ class Drafter:
     Examples
     --------
     >>> import ngramspec as ns
-    >>> drafter = ns.Drafter(ns.NgramConfig(draft_token_num=4, capacity=10_000))
+    >>> drafter = ns.Drafter(config=ns.NgramConfig(draft_token_num=4, capacity=10_000))
     >>> drafter.add_request("a", [1, 2, 3, 4, 1, 2, 3], first_token=4)
     >>> d = drafter.propose(["a"])        # nothing inserted yet: prefill does not insert
     >>> int(d.num_drafts[0])
@@ -109,7 +103,7 @@ class Drafter:
     >>> drafter.finish("a")
     """
 
-    def __init__(self, config: NgramConfig | None = None, *, cache: NgramCache | None = None,
+    def __init__(self, *, config: NgramConfig | None = None, cache: NgramCache | None = None,
                  backend: str = "numba") -> None:
         if cache is not None:
             if config is not None:
@@ -119,9 +113,8 @@ class Drafter:
                 raise TypeError(f"cache must be an NgramCache, got {type(cache).__name__}")
             self.cache = cache
         else:
-            if config is not None and not isinstance(config, NgramConfig):
-                raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
-            self.cache = NgramCache(config=config or NgramConfig(), backend=backend)
+            self.cache = NgramCache(config=v.check_config(config),
+                                    backend=v.check_backend(backend, BACKENDS))
         cfg = self.cache.config
         # Exact counting (once per occurrence, as tokens arrive) into which trie.
         self._exact = cfg.exact_counts or cfg.local_index
@@ -148,7 +141,7 @@ class Drafter:
                 f"cache={self.cache!r})")
 
     def _get(self, rid: Any, name: str) -> tuple[Hashable, _Request]:
-        key = _check_id(rid, name)
+        key = v.as_request_id(rid, name)
         req = self._requests.get(key)
         if req is None:
             raise KeyError(f"{name}: unknown request {rid!r}; add it with add_request() first "
@@ -169,12 +162,12 @@ class Drafter:
         first_token : int
             The token the prefill emitted.
         """
-        key = _check_id(rid, "rid")
+        key = v.as_request_id(rid, "rid")
         if key in self._requests:
             raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
                              "new id")
-        prompt = _as_sequence(prompt_ids, "prompt_ids")
-        first = _as_sequence([first_token], "first_token")
+        prompt = v.as_sequence(prompt_ids, "prompt_ids")
+        first = v.as_sequence([first_token], "first_token")
         buf = np.empty(max(64, 2 * (prompt.size + 1)), np.int32)
         req = _Request(buf, 0, int(prompt.size))
         req.append(prompt)
@@ -199,7 +192,7 @@ class Drafter:
             return
         target = into if into is not None else req.local if req.local is not None else self.cache
         lo = max(0, start - self.config.trie_depth + 1)
-        target._insert_counted([req.tokens()[lo:].copy()], [start - lo])
+        target.insert([req.tokens()[lo:].copy()], count_from=[start - lo])
 
     def total_len(self, rid: Any) -> int:
         """Tokens of the request so far, prompt included.  The KV cache of the target holds
@@ -239,7 +232,7 @@ class Drafter:
             lens.append(req.size)
             locals_.append(req.local)
         if cfg.match_type == "ADAPTIVE":
-            drafts = self.cache._match_adaptive(contexts, locals_ if cfg.local_index else None)
+            drafts = self.cache.match(contexts, local=locals_ if cfg.local_index else None)
         elif cfg.stateful:
             drafts = self.cache.match(contexts, request_ids=keys, total_lens=lens)
         else:
@@ -266,11 +259,11 @@ class Drafter:
                             f"{type(emitted).__name__}")
         checked: dict[Hashable, np.ndarray] = {}
         for rid, toks in emitted.items():
-            key = _check_id(rid, "emitted key")
+            key = v.as_request_id(rid, "emitted key")
             if key not in self._pending:
                 raise ValueError(f"emitted[{rid!r}]: that request has no pending proposal "
                                  f"(pending: {self.pending})")
-            arr = _as_sequence(toks, f"emitted[{rid!r}]")
+            arr = v.as_sequence(toks, f"emitted[{rid!r}]")
             if arr.size == 0:
                 raise ValueError(f"emitted[{rid!r}] is empty; a verify step emits at least the "
                                  "bonus token")

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
+from . import _validate as v
+
 __all__ = ["DraftBatch"]
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 class DraftBatch:
@@ -45,14 +53,66 @@ class DraftBatch:
     array([[10, 11, 11, 12, 13]])
     """
 
-    def __init__(self, tokens: np.ndarray, mask: np.ndarray, num_drafts: np.ndarray,
-                 probs: np.ndarray | None = None) -> None:
-        self.tokens = tokens
-        self.mask = mask
-        self.num_drafts = num_drafts
-        self.probs = probs
-        for a in (tokens, mask, num_drafts) + ((probs,) if probs is not None else ()):
-            a.setflags(write=False)
+    def __init__(self, tokens: Any, mask: Any, num_drafts: Any, probs: Any = None) -> None:
+        tokens = np.asarray(tokens)
+        if tokens.ndim != 2 or (tokens.size and tokens.dtype.kind not in "iu"):
+            raise ValueError(f"tokens must be a (batch, draft_token_num) integer array, got "
+                             f"shape {tokens.shape} dtype {tokens.dtype}")
+        b, n = tokens.shape
+        if n < 1:
+            raise ValueError("tokens needs at least one slot per request (the root)")
+        mask = np.asarray(mask)
+        if mask.shape != (b, n, n) or not (mask.dtype == np.bool_ or (
+                mask.dtype.kind in "iu" and ((mask == 0) | (mask == 1)).all())):
+            raise ValueError(f"mask must be a bool (or 0/1) array of shape (batch, n, n) = "
+                             f"({b}, {n}, {n}), got shape {mask.shape} dtype {mask.dtype}")
+        num = np.asarray(num_drafts)
+        if num.shape != (b,) or (num.size and num.dtype.kind not in "iu"):
+            raise ValueError(f"num_drafts must be {b} integers, one per request, got shape "
+                             f"{num.shape} dtype {num.dtype}")
+        if num.size and (num.min() < 0 or num.max() > n - 1):
+            raise ValueError(f"num_drafts must be within [0, {n - 1}] (slots after the root)")
+        if probs is not None:
+            probs = np.asarray(probs)
+            if probs.shape != (b, n) or probs.dtype.kind != "f":
+                raise ValueError(f"probs must be None or a float array of shape ({b}, {n}), "
+                                 f"got shape {probs.shape} dtype {probs.dtype}")
+            probs = probs.astype(np.float64, copy=True)
+        self._init(np.array(tokens, dtype=np.int32), mask.astype(bool), np.array(num, np.int32),
+                   probs)
+
+    @classmethod
+    def _trusted(cls, tokens: np.ndarray, mask: np.ndarray, num_drafts: np.ndarray,
+                 probs: np.ndarray | None = None) -> "DraftBatch":
+        """From a backend's freshly allocated output arrays: no checks, no copies."""
+        self = cls.__new__(cls)
+        self._init(tokens, mask, num_drafts, probs)
+        return self
+
+    def _init(self, tokens, mask, num_drafts, probs) -> None:
+        # The arrays are frozen when first read (see the properties): nothing is done for
+        # exports a caller never asks for.
+        self._tokens, self._mask, self._num_drafts, self._probs = tokens, mask, num_drafts, probs
+
+    @cached_property
+    def tokens(self) -> np.ndarray:
+        """(B, n) int32 draft tokens (read-only)."""
+        return _frozen(self._tokens)
+
+    @cached_property
+    def mask(self) -> np.ndarray:
+        """(B, n, n) bool tree mask (read-only); see the class docstring."""
+        return _frozen(self._mask)
+
+    @cached_property
+    def num_drafts(self) -> np.ndarray:
+        """(B,) int32 real drafts per request (read-only)."""
+        return _frozen(self._num_drafts)
+
+    @cached_property
+    def probs(self) -> np.ndarray | None:
+        """(B, n) float64 path probabilities (ADAPTIVE only, read-only) or None."""
+        return None if self._probs is None else _frozen(self._probs)
 
     @property
     def expected_accept_lens(self) -> np.ndarray:
@@ -85,7 +145,7 @@ class DraftBatch:
         """(B, n) int32: ancestors of each slot, root excluded from none (root depth 0)."""
         n = self.draft_token_num
         strict = self.mask & ~np.eye(n, dtype=bool)
-        return strict.sum(axis=2).astype(np.int32)
+        return _frozen(strict.sum(axis=2).astype(np.int32))
 
     @cached_property
     def parents(self) -> np.ndarray:
@@ -94,36 +154,34 @@ class DraftBatch:
         strict = self.mask & np.tri(n, n, -1, dtype=bool)  # j < i
         # The parent is the nearest ancestor: the largest j < i with mask[i, j].
         last = n - 1 - np.argmax(strict[:, :, ::-1], axis=2)
-        return np.where(strict.any(axis=2), last, -1).astype(np.int32)
+        return _frozen(np.where(strict.any(axis=2), last, -1).astype(np.int32))
 
-    def positions(self, seq_lens) -> np.ndarray:
-        """(B, n) int64 position ids: ``seq_lens[b] + depth`` (``seq_lens`` = tokens in the KV
-        cache, so the root sits at ``seq_lens[b]``)."""
-        seq = np.asarray(seq_lens)
-        if seq.shape != (self.batch_size,) or not np.issubdtype(seq.dtype, np.integer):
-            raise ValueError(f"seq_lens must be {self.batch_size} integers, one per request, "
-                             f"got shape {seq.shape} dtype {seq.dtype}")
-        return seq.astype(np.int64)[:, None] + self.depth
+    def positions(self, kv_lens=None, *, seq_lens=None) -> np.ndarray:
+        """(B, n) int64 position ids: ``kv_lens[b] + depth`` (``kv_lens`` = tokens in the
+        target's KV cache, so the root sits at ``kv_lens[b]``).
 
-    def _prefix_lens(self, prefix_lens, name: str = "prefix_lens") -> np.ndarray:
-        pre = np.asarray(prefix_lens)
-        if pre.shape != (self.batch_size,) or (pre.size and pre.dtype.kind not in "iu"):
-            raise ValueError(f"{name} must be {self.batch_size} integers, one per request, "
-                             f"got shape {pre.shape} dtype {pre.dtype}")
-        if pre.size and pre.min() < 0:
-            raise ValueError(f"{name} must be >= 0, got {pre.min()}")
-        return pre.astype(np.int64)
+        ``kv_lens`` is the one name for the per-request lengths across :meth:`positions` and
+        the masks (the keywords ``seq_lens`` here and ``prefix_lens`` there still work, with
+        a ``DeprecationWarning``)."""
+        kv = self._kv_lens(v.renamed_keyword(kv_lens, dict(seq_lens=seq_lens), "kv_lens",
+                                             "positions"))
+        return kv[:, None] + self.depth
 
-    def attention_mask(self, prefix_lens) -> np.ndarray:
+    def _kv_lens(self, kv_lens) -> np.ndarray:
+        """``kv_lens`` as int64, one per request, each >= 0."""
+        return v.as_lengths(kv_lens, self.batch_size, "kv_lens")
+
+    def attention_mask(self, kv_lens=None, *, prefix_lens=None) -> np.ndarray:
         """(B, n, P + n) bool: the attention of each draft slot over the KV cache and the tree.
 
         Request ``b``'s rows are SGLang's mask for it (spec section 4.3): True over its
-        ``prefix_lens[b]`` cached tokens, then the tree mask over the draft block.  With
-        ragged prefixes, ``P = max(prefix_lens)`` and shorter prefixes are padded on the
-        **left** with False, so ``mask[b, :, P - prefix_lens[b]:]`` is exactly SGLang's
-        ``(n, prefix_lens[b] + n)`` mask and the draft block always occupies the last ``n``
-        columns.  ``prefix_lens`` are the tokens in the target's KV cache (for a drafter
-        request: ``total_len - 1``; the root is the first query).
+        ``kv_lens[b]`` cached tokens, then the tree mask over the draft block.  With
+        ragged lengths, ``P = max(kv_lens)`` and shorter prefixes are padded on the
+        **left** with False, so ``mask[b, :, P - kv_lens[b]:]`` is exactly SGLang's
+        ``(n, kv_lens[b] + n)`` mask and the draft block always occupies the last ``n``
+        columns.  ``kv_lens`` are the tokens in the target's KV cache (for a drafter
+        request: ``total_len - 1``; the root is the first query).  ``prefix_lens=`` is the
+        deprecated name of ``kv_lens``.
 
         Examples
         --------
@@ -136,7 +194,8 @@ class DraftBatch:
                 [1, 1, 1, 1, 0],
                 [1, 1, 1, 1, 1]]])
         """
-        pre = self._prefix_lens(prefix_lens)
+        pre = self._kv_lens(v.renamed_keyword(kv_lens, dict(prefix_lens=prefix_lens), "kv_lens",
+                                              "attention_mask"))
         b, n = self.tokens.shape
         p = int(pre.max()) if b else 0
         out = np.zeros((b, n, p + n), dtype=bool)
@@ -145,19 +204,26 @@ class DraftBatch:
         out[:, :, p:] = self.mask
         return out
 
-    def additive_attention_mask(self, prefix_lens, *, dtype=np.float32) -> np.ndarray:
+    def additive_attention_mask(self, kv_lens=None, *, dtype=np.float32, prefix_lens=None
+                                ) -> np.ndarray:
         """(B, 1, n, P + n) float: :meth:`attention_mask` as an additive mask, ``0`` where a
         slot may attend and ``-inf`` where not (the 4-D form Hugging Face ``transformers``
         models take as ``attention_mask``).  Left padding as in :meth:`attention_mask`."""
-        allowed = self.attention_mask(prefix_lens)
+        kv = v.renamed_keyword(kv_lens, dict(prefix_lens=prefix_lens), "kv_lens",
+                               "additive_attention_mask")
+        if not (isinstance(dtype, (type, np.dtype, str)) and np.dtype(dtype).kind == "f"):
+            raise TypeError(f"dtype must be a floating dtype (-inf must be representable), got "
+                            f"{dtype!r}")
+        allowed = self.attention_mask(kv)
         out = np.full(allowed.shape, -np.inf, dtype=dtype)
         out[allowed] = 0
         return out[:, None]
 
-    def custom_mask(self, prefix_lens) -> np.ndarray:
-        """SGLang's flat ``custom_mask``: per request, ``(n, prefix_lens[b] + n)`` row-major,
-        concatenated in batch order (bool)."""
-        pre = self._prefix_lens(prefix_lens)
+    def custom_mask(self, kv_lens=None, *, prefix_lens=None) -> np.ndarray:
+        """SGLang's flat ``custom_mask``: per request, ``(n, kv_lens[b] + n)`` row-major,
+        concatenated in batch order (bool).  ``prefix_lens=`` is the deprecated name."""
+        pre = self._kv_lens(v.renamed_keyword(kv_lens, dict(prefix_lens=prefix_lens), "kv_lens",
+                                              "custom_mask"))
         full = self.attention_mask(pre)
         p = full.shape[2] - self.draft_token_num
         return np.concatenate([full[b, :, p - pre[b]:].ravel() for b in range(self.batch_size)]
@@ -208,7 +274,7 @@ class DraftBatch:
     def retrieve_index(self) -> np.ndarray:
         """(B, n) int32 global rows ``b * n + i`` (SGLang's ``retrive_index``)."""
         b, n = self.tokens.shape
-        return np.arange(b * n, dtype=np.int32).reshape(b, n)
+        return _frozen(np.arange(b * n, dtype=np.int32).reshape(b, n))
 
     @cached_property
     def retrieve_next_token(self) -> np.ndarray:
@@ -221,7 +287,7 @@ class DraftBatch:
         for i in range(n - 1, 0, -1):
             rows = np.arange(b)
             out[rows, par[:, i]] = i
-        return out
+        return _frozen(out)
 
     @cached_property
     def retrieve_next_sibling(self) -> np.ndarray:
@@ -234,4 +300,4 @@ class DraftBatch:
         for i in range(n - 1, 0, -1):
             out[:, i] = following[rows, par[:, i]]
             following[rows, par[:, i]] = i
-        return out
+        return _frozen(out)

@@ -1,5 +1,10 @@
-"""Saving and loading an :class:`~ngramspec.NgramCache`: :meth:`~ngramspec.NgramCache.save`
-and :meth:`~ngramspec.NgramCache.load`.
+"""The cache file format: :func:`write` and :func:`read` of a cache's canonical content.
+
+:meth:`~ngramspec.NgramCache.save` and :meth:`~ngramspec.NgramCache.load` are the public
+entry points: the cache takes its backend's :class:`~ngramspec._canonical.CanonicalContent`
+under its lock and hands it here with the header fields; on loading, the backend builds
+itself from what :func:`read` returns.  This module knows the file, not the cache or its
+backends.
 
 File format (version 1)
 -----------------------
@@ -11,7 +16,8 @@ zip), read with ``allow_pickle=False``.  Members:
     ``library_version``, ``saved_by_backend``, ``config`` (every field of
     :class:`~ngramspec.NgramConfig`, as ``dataclasses.asdict`` gives them), ``epoch`` (the
     trie's reset counter), ``nodes`` (non-root nodes), ``request_ids`` (the ids with a match
-    state, as ``["str", id]`` or ``["int", id]``, in the order of the state arrays) and
+    state, as ``["str", id]`` or ``["int", id]``, in the order of the state arrays: written
+    ints ascending, then strs; read in any order) and
     ``arrays``: for every other member its ``dtype``, ``shape`` and ``sha256`` (of its
     little-endian C-order bytes).
 ``node_token``, ``node_parent``, ``node_freq``
@@ -33,7 +39,8 @@ free-list history are not saved, only what decides future drafts.  A loaded cach
 continues exactly as the saved one would have, on either backend: same drafts for the same
 future calls, stateful matches included.  Loading checks the header, every array's presence,
 dtype, shape and checksum, and every structural rule above (ranges, depths, distinct sibling
-tokens, frequency sums, state references of the right depth) before building the backend.
+tokens, frequency sums, state references of the right depth) before a backend is built from
+it.
 
 Merging two saved caches is not supported (the recency and frequency histories of two tries
 have no single meaningful interleaving); to combine corpora, insert both token streams (or
@@ -49,17 +56,16 @@ import json
 import os
 import tempfile
 import zipfile
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._canonical import CanonicalContent
 from .config import NgramConfig
 from .errors import CacheFileError
 
-if TYPE_CHECKING:
-    from .cache import NgramCache
-
-__all__ = ["FORMAT", "FORMAT_VERSION", "CacheFileError", "save_cache", "load_cache"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "CacheFileError", "SavedCache", "write", "read",
+           "in_id_order"]
 
 FORMAT = "ngramspec-cache"
 FORMAT_VERSION = 1
@@ -68,6 +74,15 @@ FORMAT_VERSION = 1
 _ARRAYS = {"node_token": ("<i4", 1), "node_parent": ("<i4", 1), "node_freq": ("<i4", 1),
            "state_epoch": ("<i8", 1), "state_processed_len": ("<i8", 1),
            "state_count": ("<i4", 1), "state_refs": ("<i4", 2)}
+
+
+class SavedCache(NamedTuple):
+    """What :func:`read` found in a file: its config, the backend that wrote it (as the file
+    says; not checked) and the validated content."""
+
+    config: NgramConfig
+    saved_by_backend: Any
+    content: CanonicalContent
 
 
 def _as_path(path: Any) -> str:
@@ -81,92 +96,16 @@ def _sha256(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
-# Canonical content of each backend --------------------------------------------------------
-
-def _canonical(cache: "NgramCache") -> tuple[int, dict[str, np.ndarray], list]:
-    """``(epoch, arrays, request_ids)`` of a cache; call under its lock."""
-    backend = cache._backend
-    depth = cache.config.trie_depth
-    if cache.backend == "numba":
-        from .engine.export import export_states, export_trie
-        from .engine.trie import M_EPOCH
-
-        token, parent, freq, number = export_trie(backend.trie)
-        epoch = int(backend.trie.meta[M_EPOCH])
-        if cache.config.stateful:
-            keys, s_epoch, ptl, count, refs = export_states(backend, number)
-        else:
-            keys, s_epoch, ptl, count, refs = [], *_no_states(depth)
-    else:
-        token, parent, freq, epoch, index = _export_reference_trie(backend.trie)
-        if cache.config.stateful:
-            keys, s_epoch, ptl, count, refs = _export_reference_states(backend, index, depth)
-        else:
-            keys, s_epoch, ptl, count, refs = [], *_no_states(depth)
-    arrays = dict(node_token=token, node_parent=parent, node_freq=freq, state_epoch=s_epoch,
-                  state_processed_len=ptl, state_count=count, state_refs=refs)
+def in_id_order(content: CanonicalContent) -> CanonicalContent:
+    """``content`` with its match states ordered by id (ints ascending, then strs), the
+    order files hold: backends may list their states in any order."""
+    keys = content.request_ids
     order = sorted(range(len(keys)), key=lambda i: (isinstance(keys[i], str), keys[i]))
-    for name in ("state_epoch", "state_processed_len", "state_count", "state_refs"):
-        arrays[name] = arrays[name][order]
-    return epoch, arrays, [keys[i] for i in order]
-
-
-def _no_states(depth: int):
-    return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32),
-            np.zeros((0, depth), np.int32))
-
-
-def _export_reference_trie(trie):
-    nodes = list(trie.global_lru)
-    index = {id(node): k for k, node in enumerate(nodes)}
-    index[id(trie.root)] = -1
-    token = np.asarray([n.token for n in nodes], np.int32).reshape(-1)
-    parent = np.asarray([index[id(n.parent)] for n in nodes], np.int32).reshape(-1)
-    freq = np.asarray([n.freq for n in nodes], np.int32).reshape(-1)
-    return token, parent, freq, int(trie.epoch), index
-
-
-def _export_reference_states(backend, index, depth):
-    trie = backend.trie
-    keys = list(backend.states)
-    s_epoch, ptl = np.zeros(len(keys), np.int64), np.zeros(len(keys), np.int64)
-    count, refs = np.zeros(len(keys), np.int32), np.full((len(keys), depth), -1, np.int32)
-    for i, key in enumerate(keys):
-        st = backend.states[key]
-        s_epoch[i], ptl[i], count[i] = st.epoch, st.processed_total_len, len(st.anchors)
-        for d, ref in enumerate(st.anchors):
-            if ref is not None:
-                node, version = ref
-                fresh = st.epoch == trie.epoch and version == node.version
-                refs[i, d] = index[id(node)] if fresh else -2
-    return keys, s_epoch, ptl, count, refs
-
-
-def _build_reference(backend, epoch, arrays, keys) -> None:
-    from .reference.match import MatchState
-    from .reference.trie import Node
-
-    trie = backend.trie
-    trie.epoch = epoch
-    nodes = []
-    for tok, par, freq in zip(arrays["node_token"].tolist(), arrays["node_parent"].tolist(),
-                              arrays["node_freq"].tolist()):
-        parent = trie.root if par == -1 else nodes[par]
-        node = Node(tok, parent)
-        node.freq = freq
-        parent.children[tok] = node
-        parent.lru.append(node)  # global order = recency order among siblings
-        trie.global_lru[node] = None
-        nodes.append(node)
-    stale = Node(0, None)  # version 1: a reference stored with version 0 is stale forever
-    for i, key in enumerate(keys):
-        st = MatchState()
-        st.epoch = int(arrays["state_epoch"][i])
-        st.processed_total_len = int(arrays["state_processed_len"][i])
-        refs = arrays["state_refs"][i, :int(arrays["state_count"][i])].tolist()
-        st.anchors = [None if r == -1 else (stale, 0) if r == -2 else (nodes[r], 1)
-                      for r in refs]
-        backend.states[key] = st
+    return dataclasses.replace(
+        content, request_ids=[keys[i] for i in order],
+        state_epoch=content.state_epoch[order],
+        state_processed_len=content.state_processed_len[order],
+        state_count=content.state_count[order], state_refs=content.state_refs[order])
 
 
 # Writing ---------------------------------------------------------------------------------
@@ -176,20 +115,22 @@ def _write_npz(f, members: dict[str, np.ndarray]) -> None:
     np.savez(f, **members)
 
 
-def save_cache(cache: "NgramCache", path: str | os.PathLike) -> None:
-    """Write ``cache`` to ``path`` atomically (see the module docstring for the format)."""
-    from . import __version__
+def write(path: str | os.PathLike, content: CanonicalContent, *, config: NgramConfig,
+          saved_by_backend: str, library_version: str) -> None:
+    """Write ``content`` to ``path`` atomically (see the module docstring for the format).
 
+    The file appears complete at ``path`` or not at all; a failure mid-write leaves a
+    previous file there untouched."""
     path = _as_path(path)
-    cache.synchronize()
-    with cache._lock:
-        epoch, arrays, keys = _canonical(cache)
-    arrays = {name: np.ascontiguousarray(a, dtype=_ARRAYS[name][0]) for name, a in arrays.items()}
+    content = in_id_order(content)
+    arrays = {name: np.ascontiguousarray(getattr(content, name), dtype=dt)
+              for name, (dt, _) in _ARRAYS.items()}
     header = dict(
-        format=FORMAT, format_version=FORMAT_VERSION, library_version=__version__,
-        saved_by_backend=cache.backend, config=dataclasses.asdict(cache.config), epoch=epoch,
-        nodes=int(arrays["node_token"].size),
-        request_ids=[["str", k] if isinstance(k, str) else ["int", int(k)] for k in keys],
+        format=FORMAT, format_version=FORMAT_VERSION, library_version=library_version,
+        saved_by_backend=saved_by_backend, config=dataclasses.asdict(config),
+        epoch=int(content.epoch), nodes=int(arrays["node_token"].size),
+        request_ids=[["str", k] if isinstance(k, str) else ["int", int(k)]
+                     for k in content.request_ids],
         arrays={name: dict(dtype=a.dtype.str, shape=list(a.shape), sha256=_sha256(a))
                 for name, a in arrays.items()})
     members = dict(arrays, header=np.frombuffer(json.dumps(header).encode(), np.uint8))
@@ -368,16 +309,20 @@ def _request_ids(path: str, header: dict[str, Any]) -> list:
     return keys
 
 
-def load_cache(path: str | os.PathLike, *, backend: str | None = None,
-               config: NgramConfig | None = None) -> "NgramCache":
-    """Read a cache written by :func:`save_cache`; :class:`CacheFileError` if it is bad."""
-    from .cache import BACKENDS, NgramCache
+def read(path: str | os.PathLike, *, config: NgramConfig | None = None) -> SavedCache:
+    """Read and validate a file written by :func:`write`.
 
+    ``config``: the configuration the caller expects; a file with another one raises.
+
+    Raises
+    ------
+    CacheFileError
+        Truncated, corrupted, of an unknown format version, structurally invalid, or of
+        another ``config``.
+    OSError
+        A missing or unreadable file.
+    """
     path = _as_path(path)
-    if backend is not None and backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
-    if config is not None and not isinstance(config, NgramConfig):
-        raise TypeError(f"config must be an NgramConfig or None, got {type(config).__name__}")
     members = _read_members(path)
     header = _parse_header(path, members)
     file_config = _file_config(path, header)
@@ -389,21 +334,5 @@ def load_cache(path: str | os.PathLike, *, backend: str | None = None,
                          + ", ".join(f"{k}: {v[0]!r} vs {v[1]!r}" for k, v in diff.items()))
     arrays = _check_arrays(path, header, members, file_config)
     keys = _request_ids(path, header)
-    if backend is None:
-        backend = header.get("saved_by_backend")
-        if backend not in BACKENDS:
-            backend = "numba"
-    cache = NgramCache(config=file_config, backend=backend)
-    epoch = header["epoch"]
-    b = cache._backend
-    if backend == "numba":
-        from .engine.export import import_states, import_trie
-
-        b.trie = import_trie(file_config.capacity, epoch, arrays["node_token"],
-                             arrays["node_parent"], arrays["node_freq"])
-        if keys:
-            import_states(b, keys, arrays["state_epoch"], arrays["state_processed_len"],
-                          arrays["state_count"], arrays["state_refs"])
-    else:
-        _build_reference(b, epoch, arrays, keys)
-    return cache
+    content = CanonicalContent(epoch=header["epoch"], request_ids=keys, **arrays)
+    return SavedCache(file_config, header.get("saved_by_backend"), content)

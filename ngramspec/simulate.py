@@ -17,13 +17,14 @@ The loop (SGLang 0.5.23, greedy verification), exactly::
         append emitted to out; requests whose out is complete leave running (order kept)
         (and their match states are erased)
 
-With the ``numba`` backend, the default profile, BFS or PROB and no option beyond SGLang, the
-whole loop runs in one compiled kernel (:mod:`ngramspec.engine.replay`), in chunks so that
-progress can be shown.  Otherwise it is driven step by step through the public
-:class:`~ngramspec.Drafter` (whose per-step bookkeeping follows the profile and options: for
-``sglang-0.5.9`` that release's worker, for ``index_prompt`` & co. what they insert) and
-:func:`~ngramspec.verify_greedy`.  Both give identical per-step counts where both apply
-(tested).
+What is matched and inserted where and when follows the profile and the options as
+:class:`~ngramspec.Drafter` defines it (for ``sglang-0.5.9`` that release's worker, for
+``index_prompt`` & co. what they insert).  With the ``numba`` backend the whole loop runs in the
+engine's compiled replay (:func:`ngramspec.engine.replay.replay`), for every configuration;
+with ``"reference"`` it is driven step by step through the public ``Drafter`` on the
+pure-Python cache and :func:`~ngramspec.verify_greedy` (the readable path).  Both give identical
+per-step counts (tested for every combination of profile, match type and options).
+This module prepares the inputs and reports; it holds no engine array.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from .cache import BACKENDS, NgramCache
+from . import _validate as v
+from .cache import BACKENDS
 from .config import NgramConfig
 from .streams import StreamSource, describe_decoding, read_streams
 from .verify import verify_greedy
@@ -46,10 +48,6 @@ __all__ = ["simulate", "SimulationResult", "Summary"]
 TOKEN_FIELDS = ("prompt_ids", "output_ids")
 
 ProgressFn = Callable[[int, int], None]
-
-# Verify steps per compiled chunk between progress reports.
-_CHUNK_STEPS = 4096
-
 
 @dataclass(frozen=True)
 class Summary:
@@ -214,7 +212,7 @@ class SimulationResult:
         >>> import ngramspec as ns
         >>> rows = [{"id": i, "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 1, 2, 3, 4],
         ...          "task": "ab"[i % 2]} for i in range(4)]
-        >>> r = ns.simulate(rows, ns.NgramConfig(capacity=10_000), backend="reference")
+        >>> r = ns.simulate(rows, config=ns.NgramConfig(capacity=10_000), backend="reference")
         >>> {k: round(v.tokens_per_step, 3) for k, v in r.by("task").items()}
         {'a': 3.0, 'b': 6.0}
         """
@@ -254,22 +252,13 @@ class SimulationResult:
 
 
 def _check_args(config: Any, concurrency: Any, backend: Any) -> NgramConfig:
-    if config is None:
-        config = NgramConfig()
-    if not isinstance(config, NgramConfig):
-        raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)):
-        raise TypeError(f"concurrency must be an int >= 1, got {type(concurrency).__name__} "
-                        f"{concurrency!r}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1 (requests decoded together), got "
-                         f"{concurrency}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    config = v.check_config(config)
+    v.as_positive_int(concurrency, "concurrency", "requests decoded together")
+    v.check_backend(backend, BACKENDS)
     return config
 
 
-def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
+def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
              concurrency: int = 1, backend: str = "numba",
              progress: ProgressFn | None = None,
              corpora: Mapping[str, Any] | None = None) -> SimulationResult:
@@ -285,11 +274,12 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
         (eviction included); memory follows the nodes actually used.
     concurrency : int
         Requests decoded together; new requests are admitted as others finish, in order.  One
-        trie is shared by all (as in a server).
+        trie is shared by all (as in a server).  A value above the number of requests is
+        clamped to it (the result's ``concurrency`` says so); it never sizes an allocation.
     backend : {"numba", "reference"}
-        ``"numba"``: the compiled loop (SGLang 0.5.23, BFS/PROB, no option beyond SGLang),
-        else a :class:`~ngramspec.Drafter` on the Numba cache driven step by step.
-        ``"reference"``: a ``Drafter`` on the pure-Python cache, step by step.
+        ``"numba"``: the engine's compiled loop (every profile, match type and option).
+        ``"reference"``: a :class:`~ngramspec.Drafter` on the pure-Python cache, step by
+        step (the readable definition; slow).
     progress : callable(done, total), optional
         Called now and then with output tokens replayed so far and in total.
     corpora : mapping of corpus id to documents, optional
@@ -301,12 +291,18 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
     -------
     SimulationResult
 
+    Raises
+    ------
+    ValueError
+        No requests, or no verify steps at all (every request has a single output token,
+        which the prefill emits): there would be nothing to measure.
+
     Examples
     --------
     >>> import ngramspec as ns
     >>> rows = [{"id": "a", "prompt_ids": [7, 1, 2, 3, 4, 5], "output_ids": [1, 2, 3, 4, 5, 6]},
     ...         {"id": "b", "prompt_ids": [9], "output_ids": [1, 2, 3, 4, 5, 6, 8]}]
-    >>> r = ns.simulate(rows, ns.NgramConfig(draft_token_num=4, capacity=10_000))
+    >>> r = ns.simulate(rows, config=ns.NgramConfig(draft_token_num=4, capacity=10_000))
     >>> [e.tolist() for e in r.emitted]     # tokens emitted at each verify step
     [[1, 4], [4, 1, 1]]
     >>> r.summary.verify_steps, r.tokens_per_step
@@ -316,64 +312,31 @@ def simulate(streams: StreamSource, config: NgramConfig | None = None, *,
     rows = read_streams(streams)
     if not rows:
         raise ValueError("streams holds no requests")
-    concurrency = int(concurrency)
     prompts = [np.asarray(r["prompt_ids"], dtype=np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], dtype=np.int32) for r in rows]
-    if backend == "numba" and _compiled_loop_covers(config) and not corpora:
-        emitted, drafts, cpu, batch_steps, wall = _replay_compiled(prompts, outputs, config,
-                                                                   concurrency, progress)
+    if all(o.size <= 1 for o in outputs):
+        raise ValueError(f"no verify steps to simulate: all {len(rows)} requests have a single "
+                         "output token (the prefill emits it; speculation starts at the second "
+                         "output token)")
+    # More requests decoded together than there are requests changes nothing.
+    concurrency = min(int(concurrency), len(rows))
+    ids = [r["id"] for r in rows]
+    if backend == "numba" and not corpora:  # the compiled replay has no corpora yet
+        from .engine.replay import replay  # imports numba: only when simulating
+
+        out = replay(prompts, outputs, config, concurrency=concurrency, progress=progress)
+        emitted, drafts, cpu, batch_steps, wall = (out.emitted, out.drafts, out.draft_seconds,
+                                                   out.batch_steps, out.wall_seconds)
     else:
         emitted, drafts, cpu, batch_steps, wall = _replay_stepwise(
-            prompts, outputs, config, concurrency, backend, [r["id"] for r in rows], progress,
-            corpora)
+            prompts, outputs, config, concurrency, backend, ids, progress, corpora)
     return SimulationResult(
-        config=config, concurrency=concurrency, backend=backend, ids=[r["id"] for r in rows],
+        config=config, concurrency=concurrency, backend=backend, ids=ids,
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
         prompt_lens=np.asarray([p.size for p in prompts], np.int64),
         output_lens=np.asarray([o.size for o in outputs], np.int64),
         emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
         batch_steps=batch_steps)
-
-
-def _compiled_loop_covers(config: NgramConfig) -> bool:
-    """The compiled loop is SGLang 0.5.23's, BFS or PROB, with no option beyond SGLang."""
-    exact = getattr(config, "sglang_exact", True)
-    return (config.profile == "sglang-0.5.23" and config.match_type in ("BFS", "PROB")
-            and exact)
-
-
-def _replay_compiled(prompts, outputs, config: NgramConfig, concurrency: int,
-                     progress: ProgressFn | None):
-    from .engine.replay import DONE, NEED_ROOM, PAUSED, Replay  # imports numba: only here
-
-    replay = Replay(prompts, outputs, config, concurrency)
-    total_tokens = sum(int(o.size) for o in outputs)
-    cpu = 0.0
-    chunk = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
-    first = True  # the first call admits only (max_steps 0): it compiles or loads the kernel
-    wall = 0.0
-    while True:
-        c0 = time.thread_time()
-        w0 = time.perf_counter()
-        code = replay.run(0 if first else chunk)
-        if first:
-            first = False
-        else:
-            cpu += time.thread_time() - c0
-            wall += time.perf_counter() - w0
-        if code == DONE:
-            break
-        if code == NEED_ROOM:
-            replay.make_room()
-        elif code == PAUSED:
-            if progress is not None:
-                progress(replay.tokens_done, total_tokens)
-        else:
-            raise AssertionError(f"replay kernel failed with code {code}")
-    if progress is not None:
-        progress(total_tokens, total_tokens)
-    emitted, drafts = replay.per_request()
-    return emitted, drafts, cpu, replay.steps, wall
 
 
 def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.ndarray:
@@ -406,7 +369,7 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
     the config's profile and options) and :func:`~ngramspec.verify_greedy`."""
     from .drafter import Drafter
 
-    drafter = Drafter(config, backend=backend)
+    drafter = Drafter(config=config, backend=backend)
     if corpora is not None and not isinstance(corpora, Mapping):
         raise TypeError(f"corpora must be a mapping of corpus id to documents, got "
                         f"{type(corpora).__name__}")

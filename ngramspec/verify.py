@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _validate as v
 from .drafts import DraftBatch
 
 __all__ = ["VerifyResult", "verify_greedy", "verify_greedy_logits"]
@@ -50,15 +51,9 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     >>> r.accept_index.tolist(), r.accept_lens.tolist(), [e.tolist() for e in r.emitted]
     ([[0, 2, 3, -1]], [3], [[3, 7, 11]])
     """
-    if not isinstance(drafts, DraftBatch):
-        raise TypeError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
-    pred = np.asarray(target_predict)
+    _check_drafts(drafts)
     b, n = drafts.tokens.shape
-    if pred.shape != (b, n):
-        raise ValueError(f"target_predict must have shape (batch, draft_token_num) = ({b}, {n}), "
-                         f"got {pred.shape}")
-    if pred.size and not np.issubdtype(pred.dtype, np.integer):
-        raise TypeError(f"target_predict must hold integer token ids, got dtype {pred.dtype}")
+    pred = v.as_token_matrix(target_predict, (b, n), "target_predict")
     tokens = drafts.tokens
     next_token = drafts.retrieve_next_token
     next_sibling = drafts.retrieve_next_sibling
@@ -105,61 +100,14 @@ def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
     >>> ns.verify_greedy_logits(d, logits).emitted[0].tolist()
     [3, 5]
     """
+    _check_drafts(drafts)
+    b, n = drafts.tokens.shape
+    return verify_greedy(drafts, v.as_logits(logits, b, n).argmax(axis=-1))
+
+
+def _check_drafts(drafts) -> None:
     if not isinstance(drafts, DraftBatch):
         raise TypeError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
-    arr = np.asarray(logits)
-    b, n = drafts.tokens.shape
-    if arr.ndim == 2 and arr.shape[0] == b * n:
-        arr = arr.reshape(b, n, arr.shape[1])
-    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
-        raise ValueError(f"logits must have shape (batch, draft_token_num, vocab) = ({b}, {n}, V) "
-                         f"or ({b * n}, V) with V > 0, got {arr.shape}")
-    if arr.dtype.kind not in "fiu":
-        raise TypeError(f"logits must be numeric, got dtype {arr.dtype}")
-    return verify_greedy(drafts, arr.argmax(axis=-1))
-
-
-def _check_threshold(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0 (SGLang's default 1.0), got "
-                         f"{value!r}")
-    return float(value)
-
-
-def _check_probs(drafts: DraftBatch, target_probs) -> np.ndarray:
-    arr = np.asarray(target_probs)
-    b, n = drafts.tokens.shape
-    if arr.ndim == 2 and arr.shape[0] == b * n:
-        arr = arr.reshape(b, n, arr.shape[1])
-    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
-        raise ValueError(f"target_probs must have shape (batch, draft_token_num, vocab) = "
-                         f"({b}, {n}, V) or ({b * n}, V) with V > 0, got {arr.shape}")
-    if arr.dtype.kind != "f":
-        raise TypeError(f"target_probs must hold floating-point probabilities, got dtype "
-                        f"{arr.dtype}")
-    if not np.isfinite(arr).all():
-        idx = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
-        raise ValueError(f"target_probs{list(idx)} is {arr[idx]}: probabilities must be finite")
-    if (arr < 0).any():
-        idx = tuple(int(i) for i in np.argwhere(arr < 0)[0])
-        raise ValueError(f"target_probs{list(idx)} = {arr[idx]} is negative")
-    sums = arr.sum(axis=2, dtype=np.float64)
-    tol = 1e-6 if arr.dtype == np.float64 else 1e-3
-    bad = np.abs(sums - 1.0) > tol
-    if bad.any():
-        i, j = (int(x) for x in np.argwhere(bad)[0])
-        raise ValueError(f"target_probs[{i}, {j}] sums to {sums[i, j]:.6g}, not 1 (tolerance "
-                         f"{tol:g}): pass the target's distribution (softmax after temperature, "
-                         "top-k/top-p), not logits")
-    v = arr.shape[2]
-    kids = drafts.tokens[:, 1:]  # the root's token is never looked up
-    if kids.size and (kids.max() >= v or kids.min() < 0):
-        i, j = (int(x) for x in np.argwhere((kids >= v) | (kids < 0))[0])
-        j += 1
-        raise ValueError(f"draft token {int(drafts.tokens[i, j])} at [{i}, {j}] is outside the "
-                         f"vocabulary of target_probs (size {v})")
-    return arr.astype(np.float64, copy=False)
 
 
 def verify_sampling(drafts: DraftBatch, target_probs, *, rng: np.random.Generator,
@@ -208,14 +156,11 @@ def verify_sampling(drafts: DraftBatch, target_probs, *, rng: np.random.Generato
     >>> r.accept_index.tolist(), r.accept_lens.tolist(), [e.tolist() for e in r.emitted]
     ([[0, 2, -1]], [2], [[3, 5]])
     """
-    if not isinstance(drafts, DraftBatch):
-        raise TypeError(f"drafts must be a DraftBatch, got {type(drafts).__name__}")
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
-                        f"got {type(rng).__name__}")
-    t_single = _check_threshold("threshold_single", threshold_single)
-    t_acc = _check_threshold("threshold_acc", threshold_acc)
-    probs = _check_probs(drafts, target_probs)
+    _check_drafts(drafts)
+    v.check_rng(rng)
+    t_single = v.as_threshold(threshold_single, "threshold_single")
+    t_acc = v.as_threshold(threshold_acc, "threshold_acc")
+    probs = v.as_probs(target_probs, drafts.tokens)
     tokens = drafts.tokens
     next_token = drafts.retrieve_next_token
     next_sibling = drafts.retrieve_next_sibling

@@ -48,7 +48,7 @@ def test_exact_counting_counts_each_occurrence_once(seq, data):
     start = 0
     for end in cuts:
         lo = max(0, start - depth + 1)
-        cache._insert_counted([np.asarray(seq[lo:end], np.int32)], [start - lo])
+        cache.insert([np.asarray(seq[lo:end], np.int32)], count_from=[start - lo])
         start = end
     assert trie_counts(cache) == ngram_counts(seq, depth)
 
@@ -83,10 +83,10 @@ def test_adaptive_engine_equals_reference(scenario):
         for batch in shared:
             cache.insert(batch)
         if own:
-            local._insert_counted([np.asarray(own, np.int32)], [min(counted_from, len(own))])
+            local.insert([np.asarray(own, np.int32)], count_from=[min(counted_from, len(own))])
         batch = [np.asarray(c, np.int32) for c in contexts]
         out[backend] = (cache.match(contexts),
-                        cache._match_adaptive(batch, [local] * len(batch)))
+                        cache.match(batch, local=[local] * len(batch)))
     for ref, eng in zip(out["reference"], out["numba"]):
         assert_array_equal(eng.tokens, ref.tokens)
         assert_array_equal(eng.mask, ref.mask)
@@ -169,7 +169,7 @@ def test_drafter_index_prompt_inserts_the_prompt():
     prompt = [5, 6, 7, 8, 9, 10]
     for cfg in (ns.NgramConfig(index_prompt=True, capacity=100),
                 ns.NgramConfig(index_prompt=True, exact_counts=True, capacity=100)):
-        drafter = ns.Drafter(cfg, backend="reference")
+        drafter = ns.Drafter(config=cfg, backend="reference")
         drafter.add_request("r", prompt, 5)
         d = drafter.propose(["r"])  # "... 10 5" then "6 7 8" is in the trie at once
         assert d.tokens[0, :4].tolist() == [5, 6, 7, 8]
@@ -177,7 +177,7 @@ def test_drafter_index_prompt_inserts_the_prompt():
 
 def test_local_index_feeds_the_shared_trie_at_finish():
     cfg = ns.NgramConfig.recommended(capacity=1000)
-    drafter = ns.Drafter(cfg, backend="reference")
+    drafter = ns.Drafter(config=cfg, backend="reference")
     drafter.add_request("a", [1, 2, 3, 4], 5)
     drafter.propose(["a"])
     drafter.accept({"a": [6]})

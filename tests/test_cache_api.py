@@ -129,3 +129,54 @@ def test_total_lens_beyond_int32_are_fine(cache):
         cache.match([[1, 2, 3]], request_ids=["x"], total_lens=[[3]])
     with pytest.raises(TypeError, match="total_lens"):
         cache.match([[1, 2, 3]], request_ids=["x"], total_lens=3)
+
+
+def test_every_cheap_form_gives_the_same_drafts(cache):
+    ctxs = [[1, 2, 3], [9, 2, 3], [2, 3]]
+    want = cache.match(ctxs, request_ids=["x", "y", 4], total_lens=[3, 8, 2])
+    forms = [
+        [np.asarray(c, np.int32) for c in ctxs],            # what a server holds
+        [np.asarray(c, np.int64) for c in ctxs],
+        tuple(np.asarray(c, np.int32) for c in ctxs),
+        [tuple(c) for c in ctxs],
+    ]
+    for i, form in enumerate(forms):
+        twin = ns.NgramCache(max_trie_depth=6, draft_token_num=6, capacity=1000)
+        twin.insert([[1, 2, 3, 4, 5], [1, 2, 3, 9]])
+        ids = ["x", "y", 4] if i % 2 else ("x", "y", np.int64(4))
+        got = twin.match(form, request_ids=ids,
+                         total_lens=np.array([3, 8, 2], np.int64 if i % 2 else np.int32))
+        assert_array_equal(got.tokens, want.tokens)
+        assert_array_equal(got.mask, want.mask)
+    square = np.array([[1, 2, 3], [9, 2, 3]], np.int64)
+    assert_array_equal(cache.match(square).tokens, cache.match(square.tolist()).tokens)
+
+
+def test_int32_contexts_are_not_copied_and_stay_untouched(cache):
+    ctx = np.array([1, 2, 3], np.int32)
+    from ngramspec import _validate
+
+    assert _validate.as_contexts([ctx])[0] is ctx
+    cache.match([ctx], request_ids=["z"], total_lens=[3])
+    assert_array_equal(ctx, [1, 2, 3]) and ctx.flags.writeable
+
+
+def test_draft_batch_is_lazy(cache):
+    d = cache.match([[1, 2, 3]])
+    derived = ("parents", "depth", "retrieve_index", "retrieve_next_token",
+               "retrieve_next_sibling")
+    assert not any(name in vars(d) for name in derived)  # nothing computed yet
+    parents = d.parents
+    assert "parents" in vars(d) and d.parents is parents  # computed once, on first use
+    assert not parents.flags.writeable
+    assert not any(name in vars(d) for name in derived if name != "parents")
+
+
+def test_wide_rows_out_of_range_name_the_row(cache):
+    before = snapshot(cache)
+    rows = [np.array([1, 2], np.int64), np.array([3, 2**40], np.int64)]
+    with pytest.raises(ValueError, match=r"contexts\[1\] holds token ids outside int32"):
+        cache.match(rows)
+    with pytest.raises(ValueError, match=r"sequences\[1\] holds token ids outside int32"):
+        cache.insert(np.array([[1, 2], [3, 2**40]]))
+    assert_unchanged(cache, before)

@@ -38,7 +38,7 @@ def test_simulate_table_and_json(streams, tmp_path):
                       "--decode-ms", "12.2", "--verify-ms", "30", "--no-progress"])
     assert code == 0
     cfg = ns.NgramConfig(match_type="PROB", draft_token_num=8)
-    want = ns.simulate(rows, cfg, concurrency=2)
+    want = ns.simulate(rows, config=cfg, concurrency=2)
     assert f"{want.tokens_per_step:.3f}" in text
     for task in {r["task"] for r in rows}:
         assert f"  {task}" in text
@@ -95,7 +95,7 @@ def test_sweep_ranks_and_plots(streams, tmp_path):
     speedups = [r["speedup"] for r in data]
     assert speedups == sorted(speedups, reverse=True)
     for r in data:
-        want = ns.simulate(rows, ns.NgramConfig(**r["options"]))
+        want = ns.simulate(rows, config=ns.NgramConfig(**r["options"]))
         assert r["tokens_per_step"] == want.tokens_per_step
     assert "rank" in text and "speed-up" in text
     if _has_matplotlib():

@@ -150,7 +150,7 @@ def _accepted(d: ns.DraftBatch, b: int, rec) -> int:
 
 def drafter_loop(rows, cfg: ns.NgramConfig, concurrency: int):
     """The serving loop through ns.Drafter, recording each step's batch and largest tree."""
-    drafter = ns.Drafter(cfg)
+    drafter = ns.Drafter(config=cfg)
     outs = [r["output_ids"] for r in rows]
     done = [0] * len(rows)
     emitted = [[] for _ in rows]
@@ -187,7 +187,7 @@ def drafter_loop(rows, cfg: ns.NgramConfig, concurrency: int):
 def test_schedule_equals_the_batches_of_a_stepwise_loop(few, match_type, concurrency):
     cfg = ns.NgramConfig(match_type=match_type, draft_token_num=8)
     batch, sent, emitted = drafter_loop(few, cfg, concurrency)
-    r = ns.simulate(few, cfg, concurrency=concurrency)
+    r = ns.simulate(few, config=cfg, concurrency=concurrency)
     for got, want in zip(r.emitted, emitted):
         assert_array_equal(got, np.asarray(want, np.int32))
     s = schedule(r)
@@ -200,7 +200,7 @@ def test_schedule_equals_the_batches_of_a_stepwise_loop(few, match_type, concurr
 
 def test_baseline_schedule(few):
     """Without speculation every request needs len(output) - 1 one-token steps."""
-    r = ns.simulate(few, ns.NgramConfig(), concurrency=4)
+    r = ns.simulate(few, config=ns.NgramConfig(), concurrency=4)
     s = schedule(r)
     need = [len(x["output_ids"]) - 1 for x in few]
     assert s.baseline_steps.tolist() == need
@@ -228,7 +228,7 @@ def test_flat_table_gives_the_seed_figure_at_concurrency_1(corpus, tmp_path):
     """Decode 12.2 ms and verify 30 ms at every batch: 0.70x for SGLang's defaults."""
     p = tmp_path / "flat.csv"
     p.write_text("batch,tokens,ms\n1,1,12.2\n1,12,30\n256,1,12.2\n256,12,30\n")
-    r = ns.simulate(corpus, ns.NgramConfig())
+    r = ns.simulate(corpus, config=ns.NgramConfig())
     pred = predict_serving(r, CostTable.read(p))
     legacy = ns.CostModel(decode_ms=12.2, verify_ms=30).predict(
         r.tokens_per_step, draft_ms=r.draft_ms_per_step)
@@ -405,7 +405,7 @@ def test_unexpected_errors_are_one_line_too(monkeypatch, capsys):
 
 
 def test_huge_concurrency_is_clamped_not_allocated(few):
-    r = ns.simulate(few, ns.NgramConfig(), concurrency=len(few))
+    r = ns.simulate(few, config=ns.NgramConfig(), concurrency=len(few))
     s = schedule(r, concurrency=10**12)  # slots: at most one per request with steps
     assert_array_equal(s.batch, schedule(r).batch)
     p = predict_serving(r, ns.CostModel(decode_ms=10, verify_ms=20))
@@ -424,7 +424,7 @@ def test_sweep_over_concurrency(few, tmp_path):
     res = json.loads(report.read_text())["results"]
     assert len(res) == 4 and {r["concurrency"] for r in res} == {1, 8}
     for r in res:
-        one = ns.simulate(few, ns.NgramConfig(**r["options"]), concurrency=r["concurrency"])
+        one = ns.simulate(few, config=ns.NgramConfig(**r["options"]), concurrency=r["concurrency"])
         want = predict_serving(one, ns.CostModel(decode_ms=12.2, verify_ms=30))
         assert r["prediction"]["steps"] == want.steps
         assert r["prediction"]["baseline_ms"] == want.baseline_ms

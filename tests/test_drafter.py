@@ -72,7 +72,7 @@ def replay_by_hand(cfg: ns.NgramConfig, rows: list[dict], concurrency: int):
 def replay_with_drafter(cfg: ns.NgramConfig, rows: list[dict], concurrency: int,
                         backend: str = "numba", check: bool = False):
     """The serving loop through ``Drafter``; ``check``: the tries' integrity as requests end."""
-    drafter = ns.Drafter(cfg, backend=backend)
+    drafter = ns.Drafter(config=cfg, backend=backend)
     queue, running, steps, drafts_log = list(rows), [], {}, []
     by_id = {r["id"]: r for r in rows}
     while queue or running:
@@ -137,7 +137,7 @@ def test_drafter_windows_and_lengths():
     """propose matches the last max_trie_depth tokens with total_len = full length; accept
     inserts that window (not the emitted tokens) before appending."""
     cfg = ns.NgramConfig(max_trie_depth=3, draft_token_num=4, capacity=100)
-    drafter = ns.Drafter(cfg, backend="reference")
+    drafter = ns.Drafter(config=cfg, backend="reference")
     drafter.add_request(7, [10, 11, 12, 13], first_token=14)
     assert drafter.total_len(7) == 5
     drafter.propose([7])
@@ -152,7 +152,7 @@ def test_drafter_windows_and_lengths():
 
 
 def test_drafter_errors_leave_state_unchanged():
-    drafter = ns.Drafter(ns.NgramConfig(capacity=1000))
+    drafter = ns.Drafter(config=ns.NgramConfig(capacity=1000))
     drafter.add_request("a", [1, 2, 3], 4)
     drafter.add_request("b", [], 5)
     with pytest.raises(ValueError, match="already in flight"):
@@ -189,7 +189,7 @@ def test_drafter_errors_leave_state_unchanged():
     with pytest.raises(KeyError):
         drafter.finish("b")
     with pytest.raises(ValueError, match="not both"):
-        ns.Drafter(ns.NgramConfig(), cache=drafter.cache)
+        ns.Drafter(config=ns.NgramConfig(), cache=drafter.cache)
 
 
 def test_drafter_shares_a_cache():

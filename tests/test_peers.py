@@ -135,7 +135,7 @@ def test_ngramspec_adapter_equals_simulate():
     for match_type in ("BFS", "PROB"):
         p = dr.make_proposer("ngramspec", match_type=match_type, check_context=True)
         stats = dr.replay(p, rows)
-        sim = ns.simulate(rows, ns.NgramConfig(match_type=match_type))
+        sim = ns.simulate(rows, config=ns.NgramConfig(match_type=match_type))
         for s, em, drafts in zip(stats, sim.emitted, sim.drafts):
             assert s.emitted.tolist() == em.tolist()
             assert s.real.tolist() == drafts.tolist()

@@ -14,9 +14,16 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 import ngramspec.persist as persist
-from ngramspec.persist import _canonical
 
 BACKENDS = ["numba", "reference"]
+STATE_ARRAYS = ("state_epoch", "state_processed_len", "state_count", "state_refs")
+
+
+def _canonical(cache: ns.NgramCache) -> tuple[int, dict[str, np.ndarray], list]:
+    """``(epoch, arrays, request ids)``: a cache's canonical content (what a file holds)."""
+    c = cache._canonical()
+    names = ("node_token", "node_parent", "node_freq") + STATE_ARRAYS
+    return c.epoch, {n: getattr(c, n).copy() for n in names}, list(c.request_ids)
 
 
 def assert_same_content(a: ns.NgramCache, b: ns.NgramCache) -> None:
@@ -295,3 +302,87 @@ def test_load_argument_errors(saved):
         ns.NgramCache.load(path, config={"capacity": 40})
     with pytest.raises(TypeError, match="path"):
         ns.NgramCache.load(3.5)
+
+
+# Files written by an earlier version -------------------------------------------------------
+
+def _legacy_operations(backend, **cfg):
+    """The operations behind tests/data/cache-format1-*.npz (written by format-1 ngramspec
+    0.1.0, before the backends converted themselves to canonical content)."""
+    cache = ns.NgramCache(**cfg, backend=backend)
+    rng = np.random.default_rng(13)
+    for step in range(12):
+        cache.insert([rng.integers(0, 6, size=10).tolist()])
+        if cache.config.stateful:
+            cache.match([rng.integers(0, 6, size=5).tolist(), rng.integers(0, 6, size=3).tolist()],
+                        request_ids=[f"r{step % 3}", step % 2], total_lens=[5 + step, 3 + step])
+        if step == 8:
+            cache.erase(["r1"])
+    return cache
+
+
+LEGACY_FILES = {
+    "cache-format1-numba.npz": ("numba", dict(max_trie_depth=5, draft_token_num=6,
+                                              max_bfs_breadth=3, capacity=60)),
+    "cache-format1-reference.npz": ("reference", dict(max_trie_depth=4, draft_token_num=5,
+                                                      match_type="PROB", capacity=50)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY_FILES))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_files_of_the_previous_version_load_and_continue(name, backend):
+    saved_by, cfg = LEGACY_FILES[name]
+    path = os.path.join(os.path.dirname(__file__), "data", name)
+    loaded = ns.NgramCache.load(path, backend=backend)
+    rebuilt = _legacy_operations(saved_by, **cfg)
+    assert loaded.backend == backend and loaded.config == rebuilt.config
+    assert len(loaded) == len(rebuilt) >= rebuilt.config.capacity - 1  # evictions happened
+    loaded.check_integrity()
+    assert_same_content(loaded, rebuilt)
+    rng = np.random.default_rng(5)
+    future = []
+    for step in range(8):
+        future.append(("insert", [rng.integers(0, 6, size=7).tolist()]))
+        rid = ["r0", "r1", "r2", 0, 1][step % 5]
+        ctx = rng.integers(0, 6, size=4).tolist()
+        future.append(("match", rid, ctx, 20 + step))
+    expected = run(rebuilt, future)
+    got = run(loaded, future)
+    assert len(got) == len(expected) == 16
+    for x, y in zip(got, expected):
+        for a, b in zip(x, y):
+            assert_array_equal(a, b)
+    assert_same_content(loaded, rebuilt)
+
+
+def _imports(module: str) -> set[str]:
+    """The ngramspec modules a module imports, at any level (relative names resolved)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(open(spec.origin).read())
+    package = module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m.startswith("ngramspec")}
+
+
+def test_persist_knows_the_file_format_only():
+    imported = _imports("ngramspec.persist")
+    assert imported, "the import scan found nothing: it is broken"
+    for forbidden in ("ngramspec.cache", "ngramspec.engine", "ngramspec.reference"):
+        assert not any(m == forbidden or m.startswith(forbidden + ".") for m in imported), \
+            imported
+    # One way only: the cache uses persist, persist never the cache.
+    assert "ngramspec.persist" in _imports("ngramspec.cache")

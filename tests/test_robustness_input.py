@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from ngramspec.persist import _canonical
+from test_persist import _canonical
 
 BACKENDS = ["numba", "reference"]
 CFG = dict(max_trie_depth=6, draft_token_num=6, capacity=40)
@@ -305,3 +305,245 @@ def test_random_junk_clear_error_or_correct_result(op, data):
     for cache in caches:
         cache.check_integrity()
     assert_same_snapshot(snapshot(caches[0]), snapshot(caches[1]))
+
+
+# Beyond the cache: Drafter, DraftBatch, verification and simulate take the same checks.
+
+def _drafter(backend="numba"):
+    d = ns.Drafter(config=ns.NgramConfig(**CFG), backend=backend)
+    d.add_request("a", [1, 2, 3, 4, 1, 2], 3)
+    d.add_request(7, [5, 6], 1)
+    return d
+
+
+def _drafts():
+    c = make("numba")
+    return c.match([[1, 2, 3], [7, 7]])
+
+
+BAD_DRAFTER = [
+    ("Drafter(config=dict)", lambda d: ns.Drafter(config={"capacity": 40}), TypeError,
+     "config must be an NgramConfig"),
+    ("Drafter(backend=gpu)", lambda d: ns.Drafter(backend="gpu"), ValueError,
+     "backend must be one of"),
+    ("Drafter(cache=dict)", lambda d: ns.Drafter(cache={}), TypeError, "cache must be"),
+    ("add_request(rid None)", lambda d: d.add_request(None, [1], 2), TypeError, "rid"),
+    ("add_request(rid bool)", lambda d: d.add_request(True, [1], 2), TypeError, "rid"),
+    ("add_request(prompt 2-D)", lambda d: d.add_request("n", np.ones((2, 2), int), 2),
+     ValueError, "prompt_ids must be a 1-D"),
+    ("add_request(prompt float)", lambda d: d.add_request("n", np.ones(2), 2), TypeError,
+     "prompt_ids.*float64"),
+    ("add_request(prompt str)", lambda d: d.add_request("n", "abc", 2), TypeError,
+     "prompt_ids"),
+    ("add_request(first float)", lambda d: d.add_request("n", [1], 2.5), TypeError,
+     "first_token"),
+    ("add_request(first list)", lambda d: d.add_request("n", [1], [2]), TypeError,
+     "first_token"),
+    ("add_request(first None)", lambda d: d.add_request("n", [1], None), TypeError,
+     "first_token"),
+    ("add_request(first -2**40)", lambda d: d.add_request("n", [1], -2**40), ValueError,
+     "int32"),
+    ("propose(None)", lambda d: d.propose(None), TypeError, "rids must be a sequence"),
+    ("propose([float])", lambda d: d.propose([1.5]), TypeError, r"rids\[0\]"),
+    ("propose(dup)", lambda d: d.propose(["a", "a"]), ValueError, "not accepted yet"),
+    ("accept(bad tokens)", lambda d: (d.propose(["a"]), d.accept({"a": [1.5]})), TypeError,
+     r"emitted\['a'\]"),
+    ("accept(bad key)", lambda d: (d.propose(["a"]), d.accept({None: [1]})), TypeError,
+     "emitted key"),
+    ("accept(2**31)", lambda d: (d.propose(["a"]), d.accept({"a": [2**31]})), ValueError,
+     "int32"),
+    ("total_len(unknown)", lambda d: d.total_len("zz"), KeyError, "unknown request"),
+    ("finish(float)", lambda d: d.finish(2.5), TypeError, "rid"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name, call, exc, message", BAD_DRAFTER, ids=[b[0] for b in BAD_DRAFTER])
+def test_drafter_bad_input_rejected_state_unchanged(backend, name, call, exc, message):
+    drafter, twin = _drafter(backend), _drafter(backend)
+    requests, pending = drafter.requests, drafter.pending
+    before = snapshot(drafter.cache)
+    with pytest.raises(exc, match=message):
+        call(drafter)
+    if not name.startswith("accept"):  # accept's calls propose first, on purpose
+        assert drafter.requests == requests and drafter.pending == pending
+        assert_same_snapshot(before, snapshot(drafter.cache))
+        # And it goes on exactly as an untouched twin.
+        for d in (drafter, twin):
+            d.accept({rid: [4, 1] for rid in d.pending}) if d.pending else None
+        got, want = drafter.propose(["a", 7]), twin.propose(["a", 7])
+        assert_array_equal(got.tokens, want.tokens)
+
+
+BAD_DRAFTS = [
+    ("positions(negative)", lambda d: d.positions([3, -1]), ValueError,
+     r"kv_lens\[1\] = -1; lengths must be >= 0"),
+    ("positions(1 for 2)", lambda d: d.positions([3]), ValueError, "kv_lens has 1 values for 2"),
+    ("positions(float)", lambda d: d.positions([1.5, 2]), TypeError, r"kv_lens\[0\]"),
+    ("positions(str)", lambda d: d.positions("ab"), TypeError, "kv_lens must be"),
+    ("positions(None)", lambda d: d.positions(), TypeError, "missing required argument"),
+    ("positions(2-D)", lambda d: d.positions(np.ones((2, 1), int)), TypeError, "kv_lens"),
+    ("positions(bool)", lambda d: d.positions([True, False]), TypeError, r"kv_lens\[0\]"),
+    ("positions(2**70)", lambda d: d.positions([2**70, 1]), ValueError, "int64"),
+    ("positions(both names)", lambda d: d.positions([1, 2], seq_lens=[1, 2]), TypeError,
+     "only once"),
+    ("attention_mask(negative)", lambda d: d.attention_mask(np.array([-5, 2])), ValueError,
+     r"kv_lens\[0\] = -5"),
+    ("attention_mask(float array)", lambda d: d.attention_mask(np.ones(2)), TypeError,
+     "kv_lens.*float64"),
+    ("additive_attention_mask(negative)", lambda d: d.additive_attention_mask([0, -1]),
+     ValueError, "kv_lens"),
+    ("additive_attention_mask(int dtype)",
+     lambda d: d.additive_attention_mask([1, 2], dtype=np.int32), TypeError, "floating dtype"),
+    ("additive_attention_mask(junk dtype)",
+     lambda d: d.additive_attention_mask([1, 2], dtype=object()), TypeError, "floating dtype"),
+    ("custom_mask(negative)", lambda d: d.custom_mask([-1, 0]), ValueError, "kv_lens"),
+    ("custom_mask(3 for 2)", lambda d: d.custom_mask([1, 2, 3]), ValueError, "3 values for 2"),
+    ("DraftBatch(1-D tokens)", lambda d: ns.DraftBatch(np.arange(3), d.mask, d.num_drafts),
+     ValueError, "tokens must be a"),
+    ("DraftBatch(float tokens)", lambda d: ns.DraftBatch(d.tokens * 1.0, d.mask, d.num_drafts),
+     ValueError, "tokens must be a.*float64"),
+    ("DraftBatch(mask shape)", lambda d: ns.DraftBatch(d.tokens, d.mask[:, :2], d.num_drafts),
+     ValueError, "mask must be"),
+    ("DraftBatch(mask 0/1/2)", lambda d: ns.DraftBatch(d.tokens, d.mask * 2, d.num_drafts),
+     ValueError, "mask must be"),
+    ("DraftBatch(num too big)", lambda d: ns.DraftBatch(d.tokens, d.mask, d.num_drafts + 9),
+     ValueError, "num_drafts must be within"),
+    ("DraftBatch(num shape)", lambda d: ns.DraftBatch(d.tokens, d.mask, [1]), ValueError,
+     "num_drafts must be 2 integers"),
+    ("DraftBatch(probs int)", lambda d: ns.DraftBatch(d.tokens, d.mask, d.num_drafts,
+                                                     np.ones(d.tokens.shape, int)),
+     ValueError, "probs must be None or a float"),
+    ("expected_accept_lens", lambda d: d.expected_accept_lens, ValueError, "ADAPTIVE"),
+    ("verify_greedy(not drafts)", lambda d: ns.verify_greedy(d.tokens, d.tokens), TypeError,
+     "drafts must be a DraftBatch"),
+    ("verify_greedy(shape)", lambda d: ns.verify_greedy(d, d.tokens[:1]), ValueError,
+     r"target_predict must have shape .* = \(2, 6\)"),
+    ("verify_greedy(float)", lambda d: ns.verify_greedy(d, d.tokens * 1.5), TypeError,
+     "target_predict must hold integer"),
+    ("verify_greedy(2**40)", lambda d: ns.verify_greedy(d, np.full(d.tokens.shape, 2**40)),
+     ValueError, "target_predict holds token ids outside int32"),
+    ("verify_greedy(str)", lambda d: ns.verify_greedy(d, "ab"), ValueError, "target_predict"),
+    ("verify_greedy_logits(V=0)", lambda d: ns.verify_greedy_logits(d, np.zeros((2, 6, 0))),
+     ValueError, "V > 0"),
+    ("verify_greedy_logits(str)", lambda d: ns.verify_greedy_logits(
+        d, np.full((2, 6, 3), "x")), TypeError, "logits must be numeric"),
+    ("verify_greedy_logits(flat wrong)", lambda d: ns.verify_greedy_logits(d, np.ones((11, 4))),
+     ValueError, r"\(12, V\)"),
+]
+
+
+@pytest.mark.parametrize("name, call, exc, message", BAD_DRAFTS, ids=[b[0] for b in BAD_DRAFTS])
+def test_draft_batch_and_verify_bad_input(name, call, exc, message):
+    d = _drafts()
+    tokens, mask, num = d.tokens.copy(), d.mask.copy(), d.num_drafts.copy()
+    with pytest.raises(exc, match=message):
+        call(d)
+    assert_array_equal(d.tokens, tokens)
+    assert_array_equal(d.mask, mask)
+    assert_array_equal(d.num_drafts, num)
+
+
+def test_one_name_for_kv_lens_and_the_old_keywords_still_work():
+    d = _drafts()
+    kv = [4, 2]
+    for method, old in (("positions", "seq_lens"), ("attention_mask", "prefix_lens"),
+                        ("additive_attention_mask", "prefix_lens"),
+                        ("custom_mask", "prefix_lens")):
+        new = getattr(d, method)(kv)
+        assert_array_equal(getattr(d, method)(kv_lens=kv), new)
+        with pytest.warns(DeprecationWarning, match=f"{old}=.*now called kv_lens"):
+            assert_array_equal(getattr(d, method)(**{old: kv}), new)
+    assert_array_equal(d.positions(np.array(kv, np.uint8)), d.positions(kv))
+    assert_array_equal(d.attention_mask((0, 0))[:, :, -6:], d.mask)
+
+
+def test_draft_batch_public_constructor_copies_and_freezes():
+    d = _drafts()
+    tokens = d.tokens.copy()
+    mine = ns.DraftBatch(tokens, d.mask.astype(np.uint8), d.num_drafts.astype(np.int64))
+    tokens[0, 0] = 99  # the caller's array is not the batch's
+    assert_array_equal(mine.tokens, d.tokens)
+    assert mine.tokens.dtype == np.int32 and mine.mask.dtype == bool
+    assert mine.num_drafts.dtype == np.int32
+    for a in (d.tokens, d.mask, d.num_drafts, mine.tokens, mine.mask, d.parents, d.depth):
+        assert not a.flags.writeable
+    assert_array_equal(mine.parents, d.parents)
+
+
+BAD_SIMULATE = [
+    (dict(config={"capacity": 40}), TypeError, "config must be an NgramConfig"),
+    (dict(concurrency=0), ValueError, "concurrency must be >= 1"),
+    (dict(concurrency=-3), ValueError, "concurrency must be >= 1"),
+    (dict(concurrency=2.0), TypeError, "concurrency must be an int"),
+    (dict(concurrency=True), TypeError, "concurrency must be an int"),
+    (dict(concurrency="8"), TypeError, "concurrency must be an int"),
+    (dict(backend="gpu"), ValueError, "backend must be one of"),
+    (dict(backend=None), ValueError, "backend must be one of"),
+]
+
+
+@pytest.mark.parametrize("kwargs, exc, message", BAD_SIMULATE,
+                         ids=[str(b[0]) for b in BAD_SIMULATE])
+def test_simulate_bad_arguments(kwargs, exc, message):
+    rows = [{"id": "a", "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 4]}]
+    with pytest.raises(exc, match=message):
+        ns.simulate(rows, **kwargs)
+
+
+BAD_CACHE_HOOKS = [
+    ("insert(count_from short)", lambda c: c.insert([[1, 2]], count_from=[0, 0]), ValueError,
+     "count_from has 2 values for 1 sequences"),
+    ("insert(count_from beyond)", lambda c: c.insert([[1, 2]], count_from=[3]), ValueError,
+     r"count_from\[0\] = 3 is beyond"),
+    ("insert(count_from negative)", lambda c: c.insert([[1, 2]], count_from=[-1]), ValueError,
+     "count_from"),
+    ("insert(count_from float)", lambda c: c.insert([[1, 2]], count_from=[0.5]), TypeError,
+     r"count_from\[0\]"),
+    ("insert(count_from queued)", lambda c: c.insert([[1, 2]], count_from=[3], wait=False),
+     ValueError, "count_from"),
+    ("match(local, not ADAPTIVE)", lambda c: c.match([[1, 2]], local=[None]), ValueError,
+     "ADAPTIVE' only"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name, call, exc, message", BAD_CACHE_HOOKS,
+                         ids=[b[0] for b in BAD_CACHE_HOOKS])
+def test_exact_count_and_local_arguments(backend, name, call, exc, message):
+    cache = make(backend)
+    before = snapshot(cache)
+    with pytest.raises(exc, match=message):
+        call(cache)
+    assert_same_snapshot(before, snapshot(cache))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_adaptive_local_argument_errors(backend):
+    cache = ns.NgramCache(**CFG, match_type="ADAPTIVE", backend=backend)
+    cache.insert([[1, 2, 3, 4]])
+    other = "reference" if backend == "numba" else "numba"
+    for local, message in (([None, None], "sequence of 1"), ("ab", "sequence of 1"),
+                           ([ns.NgramCache(**CFG, backend=other)], r"local\[0\].*backend"),
+                           ([object()], r"local\[0\]")):
+        with pytest.raises(TypeError, match=message):
+            cache.match([[1, 2]], local=local)
+    own = ns.NgramCache(**CFG, match_type="ADAPTIVE", backend=backend)
+    assert_array_equal(cache.match([[1, 2]], local=[None]).tokens,
+                       cache.match([[1, 2]]).tokens)
+    own.insert([[1, 2, 9]])
+    assert 9 not in cache.match([[1, 2]]).tokens[0]
+    assert 9 in cache.match([[1, 2]], local=[own]).tokens[0]  # its own trie is searched
+
+
+def test_config_is_keyword_only_everywhere():
+    cfg = ns.NgramConfig(**CFG)
+    rows = [{"id": "a", "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 4]}]
+    with pytest.raises(TypeError, match="positional"):
+        ns.Drafter(cfg)
+    with pytest.raises(TypeError, match="positional"):
+        ns.simulate(rows, cfg)
+    with pytest.raises(TypeError, match="positional"):
+        ns.NgramCache(cfg)
+    assert ns.Drafter(config=cfg).config == cfg
+    assert ns.simulate(rows, config=cfg).config == cfg

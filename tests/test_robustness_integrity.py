@@ -12,8 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from ngramspec.persist import _canonical
 from test_engine_vs_reference import assert_same
+from test_persist import _canonical
 
 
 @st.composite

@@ -23,9 +23,9 @@ def rows():
 def test_simulate_with_corpora_backends_agree_and_corpus_helps(rows):
     cfg = ns.NgramConfig(external_sam_budget=4)
     corpus = {"outputs": [r["output_ids"] for r in rows]}
-    plain = ns.simulate(rows, cfg)
-    ref = ns.simulate(rows, cfg, corpora=corpus, backend="reference")
-    fast = ns.simulate(rows, cfg, corpora=corpus)
+    plain = ns.simulate(rows, config=cfg)
+    ref = ns.simulate(rows, config=cfg, corpora=corpus, backend="reference")
+    fast = ns.simulate(rows, config=cfg, corpora=corpus)
     for a, b in zip(ref.emitted, fast.emitted):
         assert_array_equal(a, b)
     for a, b in zip(ref.drafts, fast.drafts):
@@ -38,7 +38,7 @@ def test_simulate_with_corpora_is_the_drafter_step_by_step(rows):
     """simulate(corpora=...) equals a Drafter on a cache with the corpora loaded first."""
     cfg = ns.NgramConfig(external_sam_budget=3, draft_token_num=8)
     docs = [r["prompt_ids"] for r in rows]
-    result = ns.simulate(rows[:2], cfg, corpora={"p": docs})
+    result = ns.simulate(rows[:2], config=cfg, corpora={"p": docs})
     cache = ns.NgramCache(config=cfg)
     cache.add_corpus("p", docs)
     drafter = ns.Drafter(cache=cache)
@@ -71,9 +71,9 @@ def _argmax(d, out, done):
 
 def test_simulate_corpora_errors(rows):
     with pytest.raises(ValueError, match="external_sam_budget is 0"):
-        ns.simulate(rows[:1], ns.NgramConfig(), corpora={"c": [[1, 2]]})
+        ns.simulate(rows[:1], config=ns.NgramConfig(), corpora={"c": [[1, 2]]})
     with pytest.raises(TypeError, match="corpora must be a mapping"):
-        ns.simulate(rows[:1], ns.NgramConfig(external_sam_budget=2), corpora=[[1, 2]])
+        ns.simulate(rows[:1], config=ns.NgramConfig(external_sam_budget=2), corpora=[[1, 2]])
 
 
 def test_read_corpus_and_its_errors(tmp_path):
@@ -103,7 +103,7 @@ def test_cli_simulate_with_corpus(rows, tmp_path):
     code = main(["simulate", str(streams), "--external-sam-budget", "4", "--corpus", str(corpus),
                  "--no-progress", "--json", str(report)], stdout=out)
     assert code == 0
-    expected = ns.simulate(str(streams), ns.NgramConfig(external_sam_budget=4),
+    expected = ns.simulate(str(streams), config=ns.NgramConfig(external_sam_budget=4),
                            corpora={str(corpus): read_corpus(corpus)})
     assert json.loads(report.read_text())["summary"]["verify_steps"] == (
         expected.summary.verify_steps)

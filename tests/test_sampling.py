@@ -259,7 +259,7 @@ def replayed_steps(requests: int, seed: int) -> list[int]:
         row = {"id": i, "prompt_ids": prompt,
                "output_ids": sample_tokens(rng, prompt[-1], OUT_LEN),
                "temperature": 1.0}
-        r = ns.simulate([row], CFG)
+        r = ns.simulate([row], config=CFG)
         assert r.decoding["kind"] == "sampled"
         steps.append(int(r.emitted[0].size))
     return steps
@@ -272,7 +272,7 @@ def sampled_loop_steps(requests: int, seed: int, **thresholds) -> list[int]:
     steps = []
     for i in range(requests):
         prompt = rng.integers(1, V, size=12).tolist()
-        drafter = ns.Drafter(CFG)
+        drafter = ns.Drafter(config=CFG)
         drafter.add_request(i, prompt, sample_tokens(rng, prompt[-1], 1)[0])
         n = 0
         while drafter.output(i).size < OUT_LEN:

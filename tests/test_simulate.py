@@ -85,7 +85,7 @@ def replay_public_api(cfg: ns.NgramConfig, rows: list[dict], concurrency: int,
 
 def replay_drafter(cfg: ns.NgramConfig, rows: list[dict], concurrency: int) -> list[list[int]]:
     """The same loop through ``ns.Drafter`` (add_request / propose / accept / finish)."""
-    drafter = ns.Drafter(cfg)
+    drafter = ns.Drafter(config=cfg)
     queue, running = list(range(len(rows))), []
     steps: list[list[int]] = [[] for _ in rows]
     while queue or running:
@@ -128,7 +128,7 @@ CASES = [(mt, c) for mt in ("BFS", "PROB") for c in (1, 4)]
 def test_compiled_loop_equals_public_api_replay(corpus, match_type, concurrency):
     rows = subset(corpus, 20)
     cfg = ns.NgramConfig(match_type=match_type)
-    got = ns.simulate(rows, cfg, concurrency=concurrency)
+    got = ns.simulate(rows, config=cfg, concurrency=concurrency)
     want = replay_public_api(cfg, rows, concurrency)
     assert_steps_equal(got, want)
     # Speculation did something (the comparison is not between two empty loops).
@@ -141,7 +141,7 @@ def test_compiled_loop_equals_public_api_replay(corpus, match_type, concurrency)
 def test_compiled_loop_equals_drafter_replay(corpus, match_type, concurrency):
     rows = subset(corpus, 16)
     cfg = ns.NgramConfig(match_type=match_type)
-    assert_steps_equal(ns.simulate(rows, cfg, concurrency=concurrency),
+    assert_steps_equal(ns.simulate(rows, config=cfg, concurrency=concurrency),
                        replay_drafter(cfg, rows, concurrency))
 
 
@@ -151,7 +151,7 @@ def test_other_profiles_and_options_follow_the_drafter(corpus, cfg):
     """Outside the compiled loop's scope (window-era profile, options beyond SGLang) the
     simulation is the Drafter's loop."""
     rows = subset(corpus, 8)
-    got = ns.simulate(rows, cfg, concurrency=2)
+    got = ns.simulate(rows, config=cfg, concurrency=2)
     assert_steps_equal(got, replay_drafter(cfg, rows, 2))
     assert got.emitted[0].sum() == len(rows[0]["output_ids"]) - 1
 
@@ -160,7 +160,7 @@ def test_other_profiles_and_options_follow_the_drafter(corpus, cfg):
 def test_step_by_step_paths_equal_compiled_loop(corpus, backend):
     rows = subset(corpus, 8)
     cfg = ns.NgramConfig(match_type="PROB", capacity=3_000)  # eviction on the way
-    compiled = ns.simulate(rows, cfg, concurrency=3)
+    compiled = ns.simulate(rows, config=cfg, concurrency=3)
     prompts = [np.asarray(r["prompt_ids"], np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], np.int32) for r in rows]
     emitted, drafts, _, steps, _ = _replay_stepwise(prompts, outputs, cfg, 3, backend,
@@ -171,7 +171,7 @@ def test_step_by_step_paths_equal_compiled_loop(corpus, backend):
         assert_array_equal(a, b)
     assert steps == compiled.batch_steps
     if backend == "reference":
-        via_simulate = ns.simulate(rows, cfg, concurrency=3, backend="reference")
+        via_simulate = ns.simulate(rows, config=cfg, concurrency=3, backend="reference")
         for a, b in zip(compiled.emitted, via_simulate.emitted):
             assert_array_equal(a, b)
 
@@ -179,14 +179,15 @@ def test_step_by_step_paths_equal_compiled_loop(corpus, backend):
 def test_small_capacity_eviction_equals_public_api(corpus):
     rows = subset(corpus, 10)
     cfg = ns.NgramConfig(capacity=500)
-    assert_steps_equal(ns.simulate(rows, cfg, concurrency=2), replay_public_api(cfg, rows, 2))
+    assert_steps_equal(ns.simulate(rows, config=cfg, concurrency=2),
+                       replay_public_api(cfg, rows, 2))
 
 
 @pytest.mark.parametrize("match_type,want", [("BFS", 1.72), ("PROB", 1.65)])
 def test_whole_corpus_known_figures(corpus, match_type, want):
     """All 133 streams at concurrency 1, server defaults: the figures measured with SGLang's
     C++ core (BFS 1.72, PROB 1.65; BFS code editing 1.48)."""
-    r = ns.simulate(corpus, ns.NgramConfig(match_type=match_type))
+    r = ns.simulate(corpus, config=ns.NgramConfig(match_type=match_type))
     assert round(r.tokens_per_step, 2) == want
     assert r.summary.emitted_tokens == sum(len(x["output_ids"]) - 1 for x in corpus)
     if match_type == "BFS":
@@ -198,7 +199,7 @@ def test_summary_definitions():
              "task": "x"},
             {"id": "b", "prompt_ids": [], "output_ids": [1, 2, 3, 4, 8], "task": "y"},
             {"id": "c", "prompt_ids": [3], "output_ids": [6], "task": "y"}]
-    r = ns.simulate(rows, ns.NgramConfig(draft_token_num=4, capacity=1000), concurrency=2)
+    r = ns.simulate(rows, config=ns.NgramConfig(draft_token_num=4, capacity=1000), concurrency=2)
     em = np.concatenate(r.emitted)
     dr = np.concatenate(r.drafts)
     s = r.summary
@@ -238,9 +239,32 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="backend must be one of"):
         ns.simulate(rows, backend="cuda")
     with pytest.raises(TypeError, match="config must be an NgramConfig"):
-        ns.simulate(rows, {"match_type": "BFS"})
+        ns.simulate(rows, config={"match_type": "BFS"})
     with pytest.raises(ValueError, match="no requests"):
         ns.simulate([])
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_absurd_concurrency_is_clamped(backend):
+    """A concurrency beyond the number of requests is clamped to it, never allocated."""
+    rows = [{"id": i, "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 1, 2]} for i in range(3)]
+    cfg = ns.NgramConfig(capacity=1000)
+    for huge in (10**12, np.int64(2**62)):
+        r = ns.simulate(rows, config=cfg, concurrency=huge, backend=backend)
+        assert r.concurrency == 3
+        want = ns.simulate(rows, config=cfg, concurrency=3, backend=backend)
+        for a, b in zip(r.emitted, want.emitted):
+            assert_array_equal(a, b)
+        assert r.batch_steps == want.batch_steps
+
+
+def test_no_verify_steps_is_an_error_not_nan():
+    """Requests whose recordings hold one output token have no verify step: simulate says so
+    instead of reporting NaN figures."""
+    rows = [{"id": i, "prompt_ids": [1, 2], "output_ids": [7]} for i in range(4)]
+    for backend in ("numba", "reference"):
+        with pytest.raises(ValueError, match="no verify steps.*single output token"):
+            ns.simulate(rows, config=ns.NgramConfig.recommended(), backend=backend)
 
 
 @st.composite
@@ -265,7 +289,11 @@ def small_runs(draw):
 @given(small_runs())
 def test_compiled_loop_equals_public_api_on_random_streams(run):
     cfg, rows, concurrency = run
-    got = ns.simulate(rows, cfg, concurrency=concurrency)
+    if all(len(r["output_ids"]) == 1 for r in rows):
+        with pytest.raises(ValueError, match="no verify steps"):
+            ns.simulate(rows, config=cfg, concurrency=concurrency)
+        return
+    got = ns.simulate(rows, config=cfg, concurrency=concurrency)
     assert_steps_equal(got, replay_public_api(cfg, rows, concurrency))
 
 
@@ -286,4 +314,4 @@ def test_compiled_loop_equals_sglang_driven_loop(corpus, match_type, concurrency
     cfg = ns.NgramConfig(match_type=match_type, capacity=1_000_000)
     want = replay_public_api(cfg, rows, concurrency, make_cache=lambda: peer.SglangPeer(
         match_type=match_type, capacity=1_000_000))
-    assert_steps_equal(ns.simulate(rows, cfg, concurrency=concurrency), want)
+    assert_steps_equal(ns.simulate(rows, config=cfg, concurrency=concurrency), want)

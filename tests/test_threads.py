@@ -9,7 +9,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from ngramspec.persist import _canonical
+from test_persist import _canonical
 
 
 class Recorder:
@@ -176,3 +176,25 @@ def test_background_insert_errors_surface_once_never_lost(backend):
     with pytest.raises(TypeError, match="sequences"):
         cache.insert([[1.5]], wait=False)
     cache.synchronize()
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_queued_exact_count_inserts_equal_waiting_ones(backend):
+    rng = np.random.default_rng(8)
+    cfg = dict(max_trie_depth=4, capacity=40, exact_counts=True, backend=backend)
+    bg, fg = ns.NgramCache(**cfg), ns.NgramCache(**cfg)
+    for _ in range(25):
+        seqs = [rng.integers(0, 4, size=int(rng.integers(1, 9))) for _ in range(2)]
+        first = [int(rng.integers(0, s.size + 1)) for s in seqs]
+        bg.insert(seqs, count_from=first, wait=False)
+        fg.insert(seqs, count_from=first)
+        if rng.random() < 0.3:
+            bg.insert([seqs[0]], wait=False)  # plain and counted inserts keep their order
+            fg.insert([seqs[0]])
+    bg.synchronize()
+    bg.check_integrity()
+    ea, xa, ka = _canonical(bg)
+    eb, xb, kb = _canonical(fg)
+    assert (ea, ka) == (eb, kb)
+    for name in xa:
+        assert_array_equal(xa[name], xb[name])

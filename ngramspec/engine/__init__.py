@@ -2,9 +2,10 @@
 
 State travels between kernels as named-tuple bundles: :data:`~.trie.Trie` (owned and grown by
 :class:`~.trie.TrieArrays`), :data:`~.match.States` (:func:`~.match.new_states`),
-:data:`~.tree.Scratch` (:func:`~.tree.new_scratch`), :data:`~.adaptive.AdaptiveScratch` and
-:data:`~.replay.ReplayState`.  Kernels called from Python take them as plain tuples (cheaper to
-dispatch) and rebuild the named view on entry (``Trie(*trie)``).
+:data:`~.tree.Scratch` (:func:`~.tree.new_scratch`) and :data:`~.adaptive.AdaptiveScratch`.
+Kernels called from Python take them as plain tuples (cheaper to dispatch) and rebuild the
+named view on entry (``Trie(*trie)``).  The serving-loop replay's one entry point is
+:func:`~.replay.replay`.
 """
 
 from .backend import EngineBackend

@@ -14,8 +14,7 @@ import numpy as np
 
 from .._jit import jit
 from .tree import _map_get, _map_insert, _tree_reset, fill_result
-from .match import window_anchors
-from .trie import Trie
+from .trie import Trie, child_of
 
 __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive"]
 
@@ -87,22 +86,29 @@ def _heap_pop(h_p, h_o, h_par, h_node, size):
 
 @jit
 def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, sc, used):
-    (a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
+    (_, _, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
      h_p, h_o, h_par, h_node) = sc
-    tok, freq, c_head, c_next = t.tok, t.freq, t.c_head, t.c_next
-    # Every context suffix up to the trie depth: 0.5.9's window rule with the window 1..depth.
-    count = window_anchors(ctx, 1, max_depth, t, a_nodes, a_depths)
-    for a in range(count):
-        d = a_depths[a]
+    tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
+    # Every context suffix up to the trie depth that is a trie path with children, longest
+    # first (0.5.9's window rule with the window 1..depth), found as it is reached: the limit
+    # of an anchor only falls with its length, so once one is reached, every shorter anchor
+    # would be skipped too and their walks are not needed.
+    for d in range(min(ctx.size, max_depth), 0, -1):
         limit = budget
         if factor > 0.0:
             limit = min(budget, max(1, int(factor * d)))
         if used >= limit:
+            break
+        node = 0
+        for k in range(ctx.size - d, ctx.size):
+            node = child_of(ht, par, tok, node, ctx[k])
+            if node == -1:
+                break
+        if node == -1 or c_head[node] == -1:
             continue
         size = 0
         pushes = 0
         pos = 0
-        node = a_nodes[a]
         prob = 1.0
         while True:
             # Push the best `budget` children of `node` (probability, then recency).

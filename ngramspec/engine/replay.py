@@ -1,96 +1,136 @@
-"""The serving-loop replay as one compiled kernel (SGLang 0.5.23, greedy verification).
+"""The serving-loop replay as one compiled kernel, for every configuration.
 
-``replay_kernel`` runs the loop of :mod:`ngramspec.simulate` over recorded streams with the
-engine's own kernels (``match_anchors``, ``build_bfs``/``build_prob``, ``fill_result``) and,
-for inserts, ``_insert_window``: ``insert_kernel``'s algorithm on the trie's own helpers, with
-two shortcuts that change no result (see its docstring).  All loop state lives in caller-owned
-arrays, so the kernel can stop and be called again with the same arguments to continue:
+:func:`replay` is the engine's one entry point for :func:`ngramspec.simulate`: it takes the
+recorded streams as arrays, allocates every engine array itself, and runs the loop of
+:mod:`ngramspec.simulate` in :func:`replay_kernel`, in chunks (so that progress can be shown and
+the tries can grow between chunks).  What is matched, inserted where and when is exactly what
+:class:`~ngramspec.Drafter` does (its module docstring is the definition), per configuration:
 
-- after ``max_steps`` verify steps (the caller shows progress between chunks);
-- before a step whose inserts could need more node slots than are allocated: the caller grows
-  the trie (``TrieArrays.grow``) and calls again.  A step inserts at most ``batch * D*(D+1)/2``
-  new nodes (every suffix of every window of at most ``D`` tokens), so checking that bound at
-  the top of a step means the inserts never run out of room mid-step.
+- profile ``sglang-0.5.23``: stateful anchors (``match_anchors``) on the last
+  ``max_trie_depth`` tokens; the same windows are inserted after verification, before the
+  emitted tokens are appended;
+- profile ``sglang-0.5.9``: stateless match windows (``window_anchors``) on the last
+  ``max_match_window_size`` tokens; after appending, the last ``branch_length`` tokens are
+  inserted, skipping the shortest ``min_match_window_size`` suffixes;
+- ``BFS``/``PROB`` trees (``build_bfs_scheduled``/``build_prob``), ``ADAPTIVE`` trees
+  (``draft_tree``, which may send an empty tree with ``min_expected_accept``);
+- ``index_prompt``: the whole prompt at admission; ``exact_counts``/``local_index``: every
+  n-gram occurrence counted once as its last token arrives (``exact_counts`` without
+  ``local_index``: into the shared trie); ``local_index``: one own trie per concurrency slot,
+  reset at admission and growing on demand, and the shared trie receives the request's whole
+  sequence when it finishes (with ``exact_counts``) or SGLang's windows every step (without).
 
-Greedy verification against a recording: the target's argmax after a slot whose path follows
-the recording is the next recorded token, so walking the tree from the root and taking, at each
-level, the first child in slot order whose token is the next recorded token gives SGLang's
-accepted path (token-0 padding slots included, spec section 5.3); the bonus is the recorded
-token after it.  What the target would predict beyond the end of the recording never matters:
-emitted tokens are cut there.
+Inserts use :func:`_insert`: ``insert_counted_kernel``'s algorithm with two shortcuts that
+change no result (see its docstring).  Greedy verification against a recording: the target's
+argmax after a slot whose path follows the recording is the next recorded token, so walking the
+tree from the root and taking, at each level, the first child in slot order whose token is the
+next recorded token gives SGLang's accepted path (token-0 padding slots included, spec section
+5.3); the bonus is the recorded token after it.  What the target would predict beyond the end of
+the recording never matters: emitted tokens are cut there.
+
+All loop state lives in arrays owned by :func:`replay`, so the kernel can stop and be called
+again to continue: after ``max_steps`` verify steps (PAUSED), or at the top of a serving-loop
+iteration whose inserts could need more node slots than a trie has allocated (NEED_ROOM: the
+wrapper grows that trie; nothing of the iteration has run yet).
 """
 
 from __future__ import annotations
 
-from collections import namedtuple
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
-from .._jit import jit
-from .match import States, match_anchors, new_states
-from .tree import build_bfs, build_prob, fill_result, new_scratch
-from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_SIZE, M_UNUSED, Trie, TrieArrays,
-                   _g_push_back, _g_push_front, _g_unlink, _ht_put, _push_child_front,
-                   _unlink_child, child_of, squeeze)
+from .._jit import jit, jit_inline
+from ..config import NgramConfig
+from ..stdorder import HASHTABLE_BUCKET_COUNTS
+from .adaptive import adaptive_scratch, draft_tree
+from .match import States, match_anchors, new_states, window_anchors
+from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
+from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
+                   TrieArrays, _g_push_back, _g_push_front, _g_unlink, _ht_put,
+                   _push_child_front, child_of, squeeze)
 
-__all__ = ["Replay", "ReplayState", "replay_kernel", "DONE", "PAUSED", "NEED_ROOM", "L_NEXT",
-           "L_NRUN", "L_STEPS", "L_LEFT", "LOOP_SIZE"]
+__all__ = ["replay", "ReplayOutput"]
 
-# Return codes.
+_BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
+
+# Return codes of the kernel.
 DONE, PAUSED, NEED_ROOM = 0, 1, 2
-# Slots of the int64 ``loop`` state array: next request to admit, requests running, verify
-# steps done, an upper bound of the request-steps still to come (output tokens left).
-L_NEXT, L_NRUN, L_STEPS, L_LEFT = range(4)
-LOOP_SIZE = 4
+# Slots of the int64 ``loop`` state: next request to admit, requests running, verify steps
+# done, finished requests whose finish inserts are pending, how the shared trie keeps its LRU
+# order (LRU_*) and its touch clock, output tokens still to emit, node bounds of the
+# admissions and finishes still to come.
+(L_NEXT, L_NRUN, L_STEPS, L_NFIN, L_GMODE, L_GCLOCK, L_LEFT, L_ADMLEFT,
+ L_FINLEFT) = range(9)
+LOOP_SIZE = 9
+# How a trie keeps its LRU order (see _insert): touch stamps, the list, not at all.
+LRU_STAMPS, LRU_LIST, LRU_NONE = 0, 1, 2
+# Slots of the int64 ``cfg`` array.
+(C_DEPTH, C_MLEN, C_MINB, C_MAXB, C_BUDGET, C_MODE, C_CAP, C_STATEFUL, C_MINW, C_MAXW, C_SKIP,
+ C_WINDOWS, C_EXACT, C_LOCAL, C_FINISH, C_PROMPT, C_CONC) = range(17)
+CFG_SIZE = 17
+MODE_BFS, MODE_PROB, MODE_ADAPTIVE = 0, 1, 2
 
-#: The replay's own state (all int64 but ``pc_node`` int32): ``loop`` (``L_*`` slots),
-#: ``run_req``/``run_row`` (running requests in batch order, their state rows), ``free_rows``,
-#: ``out_len`` (output tokens so far per request), the per-step record ``em_off``/``em_steps``/
-#: ``em_count``/``em_drafts`` (int32 counts), and the remembered windows ``pc_node``/``pc_ver``/
-#: ``pc_start``/``pc_len`` per state row.  Allocated by :class:`Replay`.
-ReplayState = namedtuple("ReplayState", "loop run_req run_row free_rows out_len em_off em_steps "
-                                        "em_count em_drafts pc_node pc_ver pc_start pc_len")
+# Children looked through before the child table.
+_SCAN = 4
+# Verify steps per compiled chunk between progress reports.
+_CHUNK_STEPS = 4096
+
+ProgressFn = Callable[[int, int], None]
 
 
 @jit
-def _insert_window(win, w, start, row, max_depth, capacity, lru, check, t, path, rs):
-    """``insert_kernel`` for one window (every suffix, in order), with two shortcuts that
-    change nothing observable:
+def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, path, pc, row):
+    """Insert the suffixes ``i < w - skip`` of ``seq`` (``w`` tokens; each suffix at most
+    ``max_depth`` long) into the named trie ``t``
+    in order, as ``insert_counted_kernel`` does: positions ``< count_from`` are touched but not
+    counted.  Returns the trie's touch clock.  Two shortcuts change nothing observable:
 
-    - the nodes of the request's previous window are remembered (``pc_*``, with versions):
-      the window moved forward by the tokens emitted, so most n-grams of this window were
-      paths of the previous one and need no hash lookup (a stale node, evicted since, is
-      looked up as usual);
-    - with ``lru`` False the global LRU list is not maintained: the caller has proven that
-      no eviction can happen for the rest of the run, and only eviction reads that list.
-      Without eviction no node goes stale, so ``check`` (the version checks of remembered
-      nodes) is needed only while evictions were still possible at the previous step.
-
-    ``start`` is the absolute position of the window in its request's sequence.
+    - with ``row >= 0`` the nodes of the previous insert of the same kind for that slot are
+      remembered (``pc``, with versions while the trie can evict): the sequence moved forward,
+      so most n-grams of this one were paths of the previous one and need no hash lookup (a
+      stale node, evicted since, is looked up as usual).  ``start`` is the absolute position
+      of ``seq`` in its request;
+    - the global LRU list (read only by eviction) is kept as a list only in ``mode``
+      LRU_LIST, which the caller sets from the first insert that could evict on.  Before that
+      (LRU_STAMPS) each touch writes the ``clock`` into the node's LRU links instead (two
+      int32 halves, see :func:`_stamp`); :func:`_build_lru` turns those stamps into the very
+      list the linked moves would have made (a touch moves a node to the front).  In LRU_NONE
+      the caller has proven that this trie cannot evict for the rest of the run: nothing is
+      kept.  Without eviction no node goes stale, so remembered nodes need version checks
+      only in LRU_LIST.
     """
     tok, par, freq, ver, c_head, c_next, c_prev = (t.tok, t.par, t.freq, t.ver, t.c_head,
                                                    t.c_next, t.c_prev)
     g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
-    pc_node, pc_ver, pc_start, pc_len = rs.pc_node, rs.pc_ver, rs.pc_start, rs.pc_len
-    old_start = pc_start[row]
-    old_len = pc_len[row]
-    for i in range(w):
+    pc_node, pc_ver, pc_start, pc_len = pc
+    w = seq.size
+    old_start = 0
+    old_len = 0
+    if row >= 0:
+        old_start = pc_start[row]
+        old_len = pc_len[row]
+    known_end = old_len - skip  # the previous insert's suffixes are those before this
+    for i in range(w - skip):
         length = min(w - i, max_depth)
         free_count = capacity - meta[M_SIZE]
         if length > free_count:
             squeeze(t, length - free_count)
         oi = start + i - old_start
-        known = old_len - oi if 0 <= oi < old_len else 0
+        known = min(old_len - oi, max_depth) if 0 <= oi < known_end else 0
         cur = 0
+        fresh = False  # below a node created just now there is nothing to look up
         for k in range(length):
-            tk = win[i + k]
+            tk = seq[i + k]
             child = -1
             if k < known:
                 cand = pc_node[row, oi, k]
-                if not check or ver[cand] == pc_ver[row, oi, k]:
+                if mode != LRU_LIST or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
-            if child == -1:
-                child = child_of(ht, par, tok, cur, tk)
+            if child == -1 and not fresh:
+                child = _child(c_head, c_next, tok, ht, par, cur, tk)
             if child == -1:
                 if meta[M_FREETOP] > 0:
                     meta[M_FREETOP] -= 1
@@ -102,127 +142,352 @@ def _insert_window(win, w, start, row, max_depth, capacity, lru, check, t, path,
                 meta[M_SIZE] += 1
                 tok[child] = tk
                 par[child] = cur
-                freq[child] = 1
+                freq[child] = 1 if i + k >= count_from else 0
                 c_head[child] = -1
                 _ht_put(ht, cur, tk, child)
                 _push_child_front(c_head, c_next, c_prev, cur, child)
-                if lru:
+                if mode == LRU_LIST:
                     _g_push_back(g_next, g_prev, meta, child)
+                fresh = True
             else:
-                freq[child] += 1
-                if c_head[cur] != child:
-                    _unlink_child(c_head, c_next, c_prev, cur, child)
-                    _push_child_front(c_head, c_next, c_prev, cur, child)
+                if i + k >= count_from:
+                    freq[child] += 1
+                h = c_head[cur]
+                if h != child:  # to the front of its siblings (trie's unlink + push front)
+                    p = c_prev[child]
+                    nx = c_next[child]
+                    c_next[p] = nx  # p != -1: child is not the head
+                    if nx != -1:
+                        c_prev[nx] = p
+                    c_next[child] = h
+                    c_prev[child] = -1
+                    c_prev[h] = child
+                    c_head[cur] = child
             path[k] = child
             cur = child
-        if lru:
+        if mode == LRU_LIST:
             for k in range(length - 1, -1, -1):
                 node = path[k]
                 if meta[M_GHEAD] != node:
                     _g_unlink(g_next, g_prev, meta, node)
                     _g_push_front(g_next, g_prev, meta, node)
-        # Remember this suffix's nodes (reads of the old entries above came first: oi >= i).
-        for k in range(length):
-            pc_node[row, i, k] = path[k]
-            if check:
-                pc_ver[row, i, k] = ver[path[k]]
-    pc_start[row] = start
-    pc_len[row] = w
+        elif mode == LRU_STAMPS:
+            for k in range(length - 1, -1, -1):
+                clock += 1
+                _stamp(g_next, g_prev, path[k], clock)
+        if row >= 0:
+            # Remember this suffix's nodes (the reads of old entries came first: oi >= i).
+            for k in range(length):
+                pc_node[row, i, k] = path[k]
+                if mode == LRU_LIST:
+                    pc_ver[row, i, k] = ver[path[k]]
+    if row >= 0:
+        pc_start[row] = start
+        pc_len[row] = w
+    return clock
+
+
+@jit_inline
+def _child(c_head, c_next, tok, ht, par, node, token):
+    """``child_of``, looking first through the first few children of ``node``: most nodes have
+    one or two, whose slots lie near their parent's (created in the same walk), while the
+    child table's slots are scattered."""
+    ch = c_head[node]
+    for _ in range(_SCAN):
+        if ch == -1:
+            return -1
+        if tok[ch] == token:
+            return ch
+        ch = c_next[ch]
+    return child_of(ht, par, tok, node, token)
+
+
+@jit_inline
+def _stamp(g_next, g_prev, node, clock):
+    """The node's last touch, ``clock`` (< 2**62), in its two int32 LRU links."""
+    g_next[node] = clock >> 31
+    g_prev[node] = clock & 0x7FFFFFFF
 
 
 @jit
-def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, params, capacity, trie, states,
-                  bucket_counts, replay_state, max_steps):
+def _build_lru(t):
+    """The global LRU list from the touch stamps (front: the latest touch).  Every slot below
+    ``M_UNUSED`` but the root holds a live node: nothing was freed before the first eviction."""
+    g_next, g_prev, meta = t.g_next, t.g_prev, t.meta
+    used = meta[M_UNUSED]
+    stamps = np.empty(used - 1, np.int64)
+    for v in range(1, used):
+        stamps[v - 1] = (np.int64(g_next[v]) << 31) | np.int64(g_prev[v])
+    order = np.argsort(stamps)  # oldest first: the back of the list
+    prev = -1
+    for j in range(used - 2, -1, -1):
+        v = order[j] + 1
+        g_prev[v] = prev
+        if prev == -1:
+            meta[M_GHEAD] = v
+        else:
+            g_next[prev] = v
+        prev = v
+    if prev == -1:
+        meta[M_GHEAD] = -1
+    else:
+        g_next[prev] = -1
+    meta[M_GTAIL] = prev
+
+
+@jit
+def _gather(p_flat, p_off, o_flat, o_off, r, lo, hi, dst):
+    """Tokens ``lo:hi`` of request ``r``'s prompt + output into ``dst[:hi - lo]``."""
+    plen = p_off[r + 1] - p_off[r]
+    for i in range(lo, hi):
+        if i < plen:
+            dst[i - lo] = p_flat[p_off[r] + i]
+        else:
+            dst[i - lo] = o_flat[o_off[r] + i - plen]
+
+
+@jit
+def _reset_trie(t):
+    """An empty trie (``TrieArrays.reset`` without the epoch: local tries match statelessly)."""
+    meta = t.meta
+    meta[M_SIZE] = 1
+    meta[M_GHEAD] = -1
+    meta[M_GTAIL] = -1
+    meta[M_FREEHEAD] = -1
+    meta[M_UNUSED] = 1
+    meta[M_FREETOP] = 0
+    t.c_head[0] = -1
+    t.ht[:] = -1
+
+
+@jit
+def _in_use(t):
+    return t.meta[M_UNUSED] - t.meta[M_FREETOP]
+
+
+@jit
+def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run, per_req, out,
+                  bucket_counts, max_steps):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
 
-    ``params``: ``(max_depth, min_b, max_b, budget, prob_mode)``; ``trie``, ``states``,
-    ``replay_state``: plain :data:`~.trie.Trie`, :data:`~.match.States` and
-    :data:`ReplayState` bundles.
+    ``trie``: the shared trie's plain bundle; ``local_tries``: a (typed) list of the slots' own
+    tries' bundles; ``states``: a plain :data:`~.match.States`; ``remembered``: the remembered
+    paths of window inserts and of counted inserts, ``(pc_node, pc_ver, pc_start, pc_len)``
+    each, per slot; ``run``: the loop state (``loop`` with the ``L_*`` slots, the running
+    requests ``run_req`` and their slots ``run_row`` in batch order, the free slots
+    ``free_rows``, the finished requests ``fin_req`` whose finish inserts are pending, per slot
+    ``l_mode``/``l_clock`` (its own trie's LRU mode and touch clock) and ``need``); ``per_req``:
+    ``out_len`` and the node bounds ``adm_shared``/``adm_local``/``fin_bound`` of each
+    request's inserts at admission and finish; ``out``: the per-step record.
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
-    emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree); ``em_steps[r]``
-    counts its steps and ``out_len[r]`` its output tokens so far.  ``loop`` holds the next
-    request to admit, the number running, the steps done and the output tokens left;
-    ``pc_*`` the remembered window paths per state row; ``run_req``/``run_row`` the
-    running requests in batch order and their match-state rows; ``free_rows`` (a stack whose
-    size is ``concurrency - loop[L_NRUN]``) the unused state rows.
+    emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree).  NEED_ROOM sets
+    ``need[0]`` (shared trie) or ``need[1 + slot]`` (a slot's own trie) to the node slots that
+    trie must have allocated before the next call.
     """
+    p_flat, p_off, o_flat, o_off = streams
+    loop, run_req, run_row, free_rows, fin_req, l_mode, l_clock, need = run
+    out_len, adm_shared, adm_local, fin_bound = per_req
+    em_off, em_steps, em_count, em_drafts = out
+    pcw, pcc = remembered
     t = Trie(*trie)
     st = States(*states)
-    rs = ReplayState(*replay_state)
-    max_depth, min_b, max_b, budget, prob_mode = params
     tok, meta = t.tok, t.meta
-    st_epoch, st_ptl, st_n = st.epoch, st.ptl, st.n
-    loop, run_req, run_row, free_rows, out_len = (rs.loop, rs.run_req, rs.run_row,
-                                                  rs.free_rows, rs.out_len)
-    em_off, em_steps, em_count, em_drafts = rs.em_off, rs.em_steps, rs.em_count, rs.em_drafts
-    pc_len = rs.pc_len
+    depth = cfg[C_DEPTH]
+    mlen = cfg[C_MLEN]
+    min_b = cfg[C_MINB]
+    max_b = cfg[C_MAXB]
+    budget = cfg[C_BUDGET]
+    mode = cfg[C_MODE]
+    capacity = cfg[C_CAP]
+    stateful = cfg[C_STATEFUL] != 0
+    min_w = cfg[C_MINW]
+    max_w = cfg[C_MAXW]
+    skip = cfg[C_SKIP]
+    windows = cfg[C_WINDOWS] != 0
+    exact = cfg[C_EXACT] != 0
+    local = cfg[C_LOCAL] != 0
+    finish_counts = cfg[C_FINISH] != 0
+    index_prompt = cfg[C_PROMPT] != 0
+    conc = cfg[C_CONC]
     n_req = p_off.size - 1
     n = budget + 1
-    depth = max_depth
-    # Scratch of the match and tree kernels (as in backend.match_batch), allocated once.
+    # Work arrays of the match and tree kernels (the backend's), allocated once per call.
     sc = new_scratch(budget, depth, max_b)
-    slot_parent = sc.slot_parent
+    asc = adaptive_scratch(budget, depth)
+    a_params = (depth, budget, fcfg[0], fcfg[1], fcfg[2])
     out_tokens = np.empty(n, np.int32)
     out_mask = np.empty((n, n), np.bool_)
-    win_flat = np.empty(concurrency * depth, np.int32)
-    win_off = np.zeros(concurrency + 1, np.int64)
-    emitted = np.empty(concurrency, np.int64)
+    out_prob = np.empty(n, np.float64)
+    longest = 1
+    for r in range(n_req):
+        longest = max(longest, p_off[r + 1] - p_off[r] + o_off[r + 1] - o_off[r])
+    seq = np.empty(longest, np.int32)
+    win_flat = np.empty(conc * mlen, np.int32)
+    win_off = np.zeros(conc + 1, np.int64)
+    emitted = np.empty(conc, np.int64)
     path = np.empty(depth, np.int32)
+    bfs_top = max(1, depth - 1) if stateful else max_w
+    bfs_steps = max(1, depth - 1) if stateful else max_w - min_w + 1
+    # Upper bounds of new nodes: a window insert; a counted insert of one step (at most
+    # depth - 1 + n tokens, each suffix at most depth nodes).
     per_window = depth * (depth + 1) // 2
+    per_count = (depth - 1 + n) * depth
+    step_shared = (per_window if windows else 0) + (per_count if exact and not local else 0)
+    # Per output token still to come (a step emits e >= 1 tokens; its windows create at most
+    # per_window <= e * per_window nodes, its counts (depth - 1 + e) * depth <= e * depth**2).
+    token_shared = (per_window if windows else 0) + (depth * depth if exact and not local else 0)
+    token_local = depth * depth
     steps_here = 0
-    checked_lru = True  # whether evictions were possible at the previous step (True: unknown)
     while True:
-        # Admission (prefill): the first output token; prefill neither matches nor inserts.
-        while loop[L_NEXT] < n_req and loop[L_NRUN] < concurrency:
+        if steps_here >= max_steps:
+            return PAUSED
+        # Room for this whole iteration (pending finishes, admissions, the step), checked
+        # before anything of it runs.
+        nrun = loop[L_NRUN]
+        short = False
+        need[:] = 0
+        g_need = 0
+        for f in range(loop[L_NFIN]):
+            g_need += fin_bound[fin_req[f]]
+        k = nrun
+        r = loop[L_NEXT]
+        while r < n_req and k < conc:
+            if o_off[r + 1] - o_off[r] > 1:
+                g_need += adm_shared[r]
+                if local:
+                    row = free_rows[conc - k - 1]
+                    want = 1 + adm_local[r] + per_count
+                    if local_tries[row][0].size < min(capacity, want):  # [0]: tok
+                        need[1 + row] = want
+                        short = True
+                k += 1
+            r += 1
+        g_need += k * step_shared
+        if local:
+            for b in range(nrun):
+                row = run_row[b]
+                lt = Trie(*local_tries[row])
+                want = _in_use(lt) + per_count
+                if lt.tok.size < min(capacity, want):
+                    need[1 + row] = want
+                    short = True
+        want = _in_use(t) + g_need
+        if tok.size < min(capacity, want):
+            need[0] = want
+            short = True
+        if short:
+            return NEED_ROOM
+        # The shared trie's LRU order: nothing once the inserts still to come cannot fill it;
+        # else the list from the first iteration whose inserts could evict (with versions of
+        # remembered nodes: forget those remembered without); touch stamps before.
+        if loop[L_GMODE] == LRU_STAMPS:
+            if (meta[M_SIZE] + loop[L_LEFT] * token_shared + loop[L_ADMLEFT] + loop[L_FINLEFT]
+                    <= capacity):
+                loop[L_GMODE] = LRU_NONE
+            elif meta[M_SIZE] + g_need > capacity:
+                _build_lru(t)
+                loop[L_GMODE] = LRU_LIST
+                pcw[3][:] = 0
+                if not local:
+                    pcc[3][:] = 0
+        g_mode = loop[L_GMODE]
+        clock = loop[L_GCLOCK]
+        # Finish inserts of the requests that finished at the previous step, in batch order:
+        # the shared trie learns the whole request (local_index with exact_counts).
+        for f in range(loop[L_NFIN]):
+            r = fin_req[f]
+            plen = p_off[r + 1] - p_off[r]
+            size = plen + o_off[r + 1] - o_off[r]
+            start = 0 if index_prompt else plen
+            lo = max(0, start - depth + 1)
+            _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
+            clock = _insert(seq[:size - lo], lo, 0, start - lo, depth, capacity, g_mode, clock, t,
+                            path, pcc, -1)
+            loop[L_FINLEFT] -= fin_bound[r]
+        loop[L_NFIN] = 0
+        # Admission (prefill): the first output token; prefill neither matches nor inserts
+        # (the options beyond SGLang index the prompt here).
+        while loop[L_NEXT] < n_req and loop[L_NRUN] < conc:
             r = loop[L_NEXT]
             loop[L_NEXT] += 1
             out_len[r] = 1
-            if o_off[r + 1] - o_off[r] > 1:
-                k = loop[L_NRUN]
-                row = free_rows[concurrency - k - 1]
-                st_epoch[row] = 0  # a new request's state always rebuilds
-                st_ptl[row] = 0
-                st_n[row] = 0
-                pc_len[row] = 0  # no remembered window
-                run_req[k] = r
-                run_row[k] = row
-                loop[L_NRUN] = k + 1
+            olen = o_off[r + 1] - o_off[r]
+            if olen <= 1:
+                continue
+            k = loop[L_NRUN]
+            row = free_rows[conc - k - 1]
+            st.epoch[row] = 0  # a new request's state always rebuilds
+            st.ptl[row] = 0
+            st.n[row] = 0
+            pcw[3][row] = 0  # nothing remembered
+            pcc[3][row] = 0
+            run_req[k] = r
+            run_row[k] = row
+            loop[L_NRUN] = k + 1
+            loop[L_ADMLEFT] -= adm_shared[r]
+            plen = p_off[r + 1] - p_off[r]
+            if exact:
+                start = 0 if index_prompt else plen
+                lo = max(0, start - depth + 1)
+                _gather(p_flat, p_off, o_flat, o_off, r, lo, plen + 1, seq)
+                if local:
+                    lt = Trie(*local_tries[row])
+                    _reset_trie(lt)  # an empty LRU list: list or stamps from here
+                    if 1 + adm_local[r] + (olen - 1) * token_local <= capacity:
+                        l_mode[row] = LRU_NONE
+                    elif 1 + adm_local[r] > capacity:
+                        l_mode[row] = LRU_LIST
+                    else:
+                        l_mode[row] = LRU_STAMPS
+                    l_clock[row] = _insert(seq[:plen + 1 - lo], lo, 0, start - lo, depth,
+                                           capacity, l_mode[row], 0, lt, path, pcc, -1)
+                else:
+                    clock = _insert(seq[:plen + 1 - lo], lo, 0, start - lo, depth, capacity,
+                                    g_mode, clock, t, path, pcc, -1)
+            elif index_prompt and plen > 0:
+                _gather(p_flat, p_off, o_flat, o_off, r, 0, plen, seq)
+                clock = _insert(seq[:plen], 0, 0, 0, depth, capacity, g_mode, clock, t, path, pcc,
+                                -1)
+        loop[L_GCLOCK] = clock
         nrun = loop[L_NRUN]
         if nrun == 0:
             return DONE
-        if steps_here >= max_steps:
-            return PAUSED
-        if tok.size < capacity and (meta[M_FREETOP] + tok.size - meta[M_UNUSED]
-                                    < nrun * per_window):
-            return NEED_ROOM
-        # Windows: the last max_trie_depth tokens of prompt + output so far, batch order.
+        # Contexts: the last match-length tokens of prompt + output so far, batch order.
         for b in range(nrun):
             r = run_req[b]
-            plen = p_off[r + 1] - p_off[r]
-            total = plen + out_len[r]
-            w = min(total, depth)
-            start = total - w
-            lo = win_off[b]
-            for j in range(w):
-                i = start + j
-                if i < plen:
-                    win_flat[lo + j] = p_flat[p_off[r] + i]
-                else:
-                    win_flat[lo + j] = o_flat[o_off[r] + i - plen]
-            win_off[b + 1] = lo + w
-        # Match and verify each request.
-        for b in range(nrun):
-            r = run_req[b]
-            ctx = win_flat[win_off[b]:win_off[b + 1]]
             total = p_off[r + 1] - p_off[r] + out_len[r]
-            count = match_anchors(ctx, total, run_row[b], depth, t, st, sc.m_scratch,
-                                  sc.a_nodes, sc.a_depths)
-            if prob_mode:
-                used = build_prob(count, budget, max_b, t, sc, bucket_counts)
+            w = min(total, mlen)
+            lo = win_off[b]
+            _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, win_flat[lo:lo + w])
+            win_off[b + 1] = lo + w
+        # Match, draft and verify each request.
+        for b in range(nrun):
+            r = run_req[b]
+            row = run_row[b]
+            ctx = win_flat[win_off[b]:win_off[b + 1]]
+            if mode == MODE_ADAPTIVE:
+                if local:
+                    used = draft_tree(ctx, a_params, Trie(*local_tries[row]), t, bucket_counts,
+                                      asc, out_tokens, out_mask, out_prob)
+                else:
+                    used = draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens,
+                                      out_mask, out_prob)
+                parents = asc.slot_parent
             else:
-                used = build_bfs(count, budget, depth, min_b, max_b, t, sc, bucket_counts)
-            fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
+                if stateful:
+                    total = p_off[r + 1] - p_off[r] + out_len[r]
+                    count = match_anchors(ctx, total, row, depth, t, st, sc.m_scratch,
+                                          sc.a_nodes, sc.a_depths)
+                else:
+                    count = window_anchors(ctx, min_w, max_w, t, sc.a_nodes, sc.a_depths)
+                if mode == MODE_PROB:
+                    used = build_prob(count, budget, max_b, t, sc, bucket_counts)
+                else:
+                    used = build_bfs_scheduled(count, budget, bfs_top, bfs_steps, min_b, max_b,
+                                               t, sc, bucket_counts)
+                fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
+                parents = sc.slot_parent
             # Greedy verify along the recording: rec = output[out_len:].
             rec = o_off[r] + out_len[r]
             left = o_off[r + 1] - rec
@@ -232,7 +497,7 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, params, capacity, t
                 want = o_flat[rec + k]
                 hit = -1
                 for i in range(last + 1, n):  # children of `last`, in slot order
-                    if slot_parent[i] == last and out_tokens[i] == want:
+                    if parents[i] == last and out_tokens[i] == want:
                         hit = i
                         break
                 if hit == -1:
@@ -245,106 +510,269 @@ def replay_kernel(p_flat, p_off, o_flat, o_off, concurrency, params, capacity, t
             em_count[at] = e
             em_drafts[at] = used
             em_steps[r] += 1
-        # Insert the same windows, in batch order.  Every request-step to come inserts at
-        # most per_window new nodes: when those cannot fill the trie, nothing will ever be
-        # evicted and the LRU list (read only by eviction) need not be kept.
-        lru = meta[M_SIZE] + loop[L_LEFT] * per_window > capacity
-        check = lru or checked_lru
-        checked_lru = lru
+        # 0.5.23: the windows matched, in batch order, before appending.
+        if windows and stateful:
+            for b in range(nrun):
+                r = run_req[b]
+                lo = win_off[b]
+                w = win_off[b + 1] - lo
+                total = p_off[r + 1] - p_off[r] + out_len[r]
+                clock = _insert(win_flat[lo:lo + w], total - w, 0, 0, depth, capacity, g_mode,
+                                clock, t, path, pcw, run_row[b])
+        # Append; exact counting of the new n-grams as they arrive.
         for b in range(nrun):
             r = run_req[b]
-            lo = win_off[b]
-            w = win_off[b + 1] - lo
-            _insert_window(win_flat[lo:lo + w], w, p_off[r + 1] - p_off[r] + out_len[r] - w,
-                           run_row[b], depth, capacity, lru, check, t, path, rs)
-        # Append; finished requests leave (order kept) and free their state rows.
+            row = run_row[b]
+            before = p_off[r + 1] - p_off[r] + out_len[r]
+            e = emitted[b]
+            if exact:
+                lo = max(0, before - depth + 1)
+                _gather(p_flat, p_off, o_flat, o_off, r, lo, before + e, seq)
+                if local:
+                    lt = Trie(*local_tries[row])
+                    if l_mode[row] == LRU_STAMPS:
+                        left = o_off[r + 1] - o_off[r] - out_len[r]
+                        if lt.meta[M_SIZE] + left * token_local <= capacity:
+                            l_mode[row] = LRU_NONE
+                        elif lt.meta[M_SIZE] + per_count > capacity:
+                            _build_lru(lt)
+                            l_mode[row] = LRU_LIST
+                            pcc[3][row] = 0
+                    l_clock[row] = _insert(seq[:before + e - lo], lo, 0, before - lo, depth,
+                                           capacity, l_mode[row], l_clock[row], lt, path, pcc,
+                                           row)
+                else:
+                    clock = _insert(seq[:before + e - lo], lo, 0, before - lo, depth, capacity,
+                                    g_mode, clock, t, path, pcc, row)
+            out_len[r] += e
+            loop[L_LEFT] -= e
+        # 0.5.9: after appending, the last branch_length tokens of every request.
+        if windows and not stateful:
+            for b in range(nrun):
+                r = run_req[b]
+                total = p_off[r + 1] - p_off[r] + out_len[r]
+                w = min(total, depth)
+                _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, seq)
+                clock = _insert(seq[:w], total - w, skip, 0, depth, capacity, g_mode, clock, t,
+                                path, pcw, run_row[b])
+        # Finished requests leave (order kept) and free their slots; their finish inserts
+        # run at the top of the next iteration, before anything else touches the tries.
         keep = 0
         for b in range(nrun):
             r = run_req[b]
-            out_len[r] += emitted[b]
-            loop[L_LEFT] -= emitted[b]
             if out_len[r] < o_off[r + 1] - o_off[r]:
-                run_req[keep] = run_req[b]
+                run_req[keep] = r
                 run_row[keep] = run_row[b]
                 keep += 1
             else:
-                free_rows[concurrency - loop[L_NRUN]] = run_row[b]
+                free_rows[conc - loop[L_NRUN]] = run_row[b]
                 loop[L_NRUN] -= 1
+                if finish_counts:
+                    fin_req[loop[L_NFIN]] = r
+                    loop[L_NFIN] += 1
         loop[L_NRUN] = keep
         loop[L_STEPS] += 1
+        loop[L_GCLOCK] = clock
         steps_here += 1
 
 
-class Replay:
-    """The compiled replay of recorded streams, with every array it needs.
+@dataclass(frozen=True)
+class ReplayOutput:
+    """What :func:`replay` measured.
 
-    ``prompts``/``outputs``: per request, int32 token arrays.  Call :meth:`run` until it
-    returns ``DONE``; on ``NEED_ROOM`` call :meth:`make_room` first.
+    Attributes
+    ----------
+    emitted : list of np.ndarray
+        Per request, int32: tokens emitted at each of its verify steps.
+    drafts : list of np.ndarray
+        Per request, int32: real draft nodes in its tree at each verify step.
+    batch_steps : int
+        Serving-loop iterations (one target forward each).
+    draft_seconds : float
+        CPU time of the compiled loop (drafting, inserting, and the verification bookkeeping).
+    wall_seconds : float
+        Wall time of the loop (compiling or loading the kernel excluded).
+    concurrency : int
+        The concurrency used (at most the number of requests).
     """
 
-    def __init__(self, prompts, outputs, config, concurrency: int) -> None:
-        from .backend import _BUCKET_COUNTS
-
-        self.p_flat, self.p_off = _pack(prompts)
-        self.o_flat, self.o_off = _pack(outputs)
-        self.config = config
-        self.concurrency = concurrency
-        n_req = len(prompts)
-        depth = self.depth = config.max_trie_depth
-        self.params = (int(depth), int(config.min_bfs_breadth), int(config.max_bfs_breadth),
-                       int(config.budget), int(config.match_type == "PROB"))
-        self.bucket_counts = _BUCKET_COUNTS
-        self.trie = TrieArrays(config.capacity)
-        rows = concurrency
-        self.states = new_states(rows, depth)
-        loop = np.zeros(LOOP_SIZE, np.int64)
-        loop[L_LEFT] = sum(max(o.size - 1, 0) for o in outputs)
-        # Request r has at most len(output) - 1 verify steps (each emits at least one token).
-        em_off = np.zeros(n_req + 1, np.int64)
-        np.cumsum([max(o.size - 1, 0) for o in outputs], out=em_off[1:])
-        self.state = ReplayState(
-            loop=loop, run_req=np.zeros(concurrency, np.int64),
-            run_row=np.zeros(concurrency, np.int64),
-            free_rows=np.arange(concurrency - 1, -1, -1, dtype=np.int64),
-            out_len=np.zeros(n_req, np.int64), em_off=em_off,
-            em_steps=np.zeros(n_req, np.int64), em_count=np.zeros(int(em_off[-1]), np.int32),
-            em_drafts=np.zeros(int(em_off[-1]), np.int32),
-            pc_node=np.zeros((rows, depth, depth), np.int32),
-            pc_ver=np.zeros((rows, depth, depth), np.int64), pc_start=np.zeros(rows, np.int64),
-            pc_len=np.zeros(rows, np.int64))
-
-    def run(self, max_steps: int) -> int:
-        """Advance by at most ``max_steps`` verify steps; returns DONE, PAUSED or NEED_ROOM."""
-        return int(replay_kernel(self.p_flat, self.p_off, self.o_flat, self.o_off,
-                                 self.concurrency, self.params, self.config.capacity,
-                                 self.trie.bundle, self.states, self.bucket_counts,
-                                 tuple(self.state), max_steps))
-
-    def make_room(self) -> None:
-        """Grow the trie so that one step of the running requests fits."""
-        d = self.depth
-        self.trie.ensure_room(int(self.state.loop[L_NRUN]) * d * (d + 1) // 2)
-
-    @property
-    def steps(self) -> int:
-        return int(self.state.loop[L_STEPS])
-
-    @property
-    def tokens_done(self) -> int:
-        return int(self.state.out_len.sum())
-
-    def per_request(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per request: tokens emitted per step, real draft nodes per step."""
-        s = self.state
-        n_req = s.out_len.size
-        return ([s.em_count[s.em_off[r]:s.em_off[r] + s.em_steps[r]].copy()
-                 for r in range(n_req)],
-                [s.em_drafts[s.em_off[r]:s.em_off[r] + s.em_steps[r]].copy()
-                 for r in range(n_req)])
+    emitted: list[np.ndarray]
+    drafts: list[np.ndarray]
+    batch_steps: int
+    draft_seconds: float
+    wall_seconds: float
+    concurrency: int
 
 
-def _pack(seqs) -> tuple[np.ndarray, np.ndarray]:
+def _pack(seqs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     off = np.zeros(len(seqs) + 1, np.int64)
     np.cumsum([s.size for s in seqs], out=off[1:])
-    flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
+    flat = np.concatenate(seqs) if len(seqs) else np.zeros(0, np.int32)
     return np.ascontiguousarray(flat, dtype=np.int32), off
+
+
+def _trie_list(tries: list[TrieArrays]):
+    """The slots' own tries as the kernel takes them (a typed list; a list without the JIT)."""
+    import numba
+
+    if numba.config.DISABLE_JIT:
+        return [t.bundle for t in tries]
+    out = numba.typed.List()
+    for t in tries:
+        out.append(t.bundle)
+    out[0] = out[0]  # compile the item assignment (used after growth) outside the timing
+    return out
+
+
+def _config_arrays(config: NgramConfig, concurrency: int) -> tuple[np.ndarray, np.ndarray]:
+    cfg = np.zeros(CFG_SIZE, np.int64)
+    exact = config.exact_counts or config.local_index
+    cfg[C_DEPTH] = config.trie_depth
+    cfg[C_MLEN] = config.match_length
+    cfg[C_MINB] = config.min_bfs_breadth
+    cfg[C_MAXB] = config.max_bfs_breadth
+    cfg[C_BUDGET] = config.budget
+    cfg[C_MODE] = {"BFS": MODE_BFS, "PROB": MODE_PROB, "ADAPTIVE": MODE_ADAPTIVE}[
+        config.match_type]
+    cfg[C_CAP] = config.capacity
+    cfg[C_STATEFUL] = config.stateful
+    if not config.stateful:
+        cfg[C_MINW] = config.min_match_window_size
+        cfg[C_MAXW] = config.max_match_window_size
+        cfg[C_SKIP] = config.min_match_window_size
+    cfg[C_WINDOWS] = not exact or (config.local_index and not config.exact_counts)
+    cfg[C_EXACT] = exact
+    cfg[C_LOCAL] = config.local_index
+    cfg[C_FINISH] = config.local_index and config.exact_counts
+    cfg[C_PROMPT] = config.index_prompt
+    cfg[C_CONC] = concurrency
+    fcfg = np.asarray([config.min_token_prob, config.max_spec_factor,
+                       config.min_expected_accept], np.float64)
+    return cfg, fcfg
+
+
+def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config: NgramConfig,
+           *, concurrency: int, progress: ProgressFn | None = None) -> ReplayOutput:
+    """Replay the serving loop of :mod:`ngramspec.simulate` over recorded streams, compiled.
+
+    Parameters
+    ----------
+    prompts, outputs : sequences of 1-D int32 arrays
+        Per request (in admission order), its prompt and recorded greedy output tokens.
+    config : NgramConfig
+        Any configuration (both profiles, every match type and option).
+    concurrency : int
+        Requests decoded together (>= 1); more than the number of requests is clamped to it.
+    progress : callable(done, total), optional
+        Called now and then with output tokens replayed so far and in total.
+
+    Returns
+    -------
+    ReplayOutput
+        Per-request emitted and draft counts, batch steps and timings; equal, step for step,
+        to the :class:`~ngramspec.Drafter` replay of the same configuration.
+    """
+    n_req = len(prompts)
+    if n_req != len(outputs):
+        raise ValueError(f"prompts and outputs differ in length ({n_req} != {len(outputs)})")
+    conc = max(1, min(int(concurrency), max(n_req, 1)))
+    p_flat, p_off = _pack(prompts)
+    o_flat, o_off = _pack(outputs)
+    plen = np.diff(p_off)
+    olen = np.diff(o_off)
+    depth = config.trie_depth
+    n = config.draft_token_num
+    exact = config.exact_counts or config.local_index
+    cfg, fcfg = _config_arrays(config, conc)
+    admitted = olen > 1
+    # Node bounds of the inserts at admission and at finish, per request (see the kernel).
+    start = plen if not config.index_prompt else np.zeros_like(plen)
+    count_len = plen + 1 - np.maximum(0, start - depth + 1)
+    adm_local = np.where(admitted, count_len * depth, 0) if config.local_index else \
+        np.zeros(n_req, np.int64)
+    if exact and not config.local_index:
+        adm_shared = np.where(admitted, count_len * depth, 0)
+    elif config.index_prompt and not exact:
+        adm_shared = np.where(admitted, plen * depth, 0)
+    else:
+        adm_shared = np.zeros(n_req, np.int64)
+    if config.local_index and config.exact_counts:
+        fin = np.where(admitted, (plen + olen - np.maximum(0, start - depth + 1)) * depth, 0)
+    else:
+        fin = np.zeros(n_req, np.int64)
+    adm_shared = np.ascontiguousarray(adm_shared, np.int64)
+    adm_local = np.ascontiguousarray(adm_local, np.int64)
+    fin = np.ascontiguousarray(fin, np.int64)
+
+    trie = TrieArrays(config.capacity)
+    local = ([TrieArrays(config.capacity) for _ in range(conc)] if config.local_index
+             else [TrieArrays(2, initial=2)])
+    local_list = _trie_list(local)
+    rows = conc
+    states = new_states(rows, depth)
+    windows = bool(cfg[C_WINDOWS])
+
+    def remembered(r: int, width: int, on: bool):
+        shape = (r, width, depth) if on else (1, 1, 1)
+        return (np.zeros(shape, np.int32), np.zeros(shape, np.int64), np.zeros(rows, np.int64),
+                np.zeros(rows, np.int64))
+
+    pcw = remembered(rows, depth, windows)
+    pcc = remembered(rows, depth - 1 + n, exact)
+    loop = np.zeros(LOOP_SIZE, np.int64)
+    loop[L_LEFT] = int(np.maximum(olen - 1, 0).sum())
+    loop[L_ADMLEFT] = int(adm_shared.sum())
+    loop[L_FINLEFT] = int(fin.sum())
+    need = np.zeros(conc + 1, np.int64)
+    run = (loop, np.zeros(conc, np.int64), np.zeros(conc, np.int64),
+           np.arange(conc - 1, -1, -1, dtype=np.int64), np.zeros(conc, np.int64),
+           np.zeros(conc, np.int64), np.zeros(conc, np.int64), need)
+    out_len = np.zeros(n_req, np.int64)
+    per_req = (out_len, adm_shared, adm_local, fin)
+    # Request r has at most len(output) - 1 verify steps (each emits at least one token).
+    em_off = np.zeros(n_req + 1, np.int64)
+    np.cumsum(np.maximum(olen - 1, 0), out=em_off[1:])
+    em_steps = np.zeros(n_req, np.int64)
+    em_count = np.zeros(int(em_off[-1]), np.int32)
+    em_drafts = np.zeros(int(em_off[-1]), np.int32)
+    out = (em_off, em_steps, em_count, em_drafts)
+    streams = (p_flat, p_off, o_flat, o_off)
+    total_tokens = int(o_off[-1])
+    chunk = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
+    first = True  # the first call runs nothing (max_steps 0): it compiles or loads the kernel
+    cpu = wall = 0.0
+    while True:
+        c0 = time.thread_time()
+        w0 = time.perf_counter()
+        code = replay_kernel(streams, cfg, fcfg, trie.bundle, local_list, states, (pcw, pcc),
+                             run, per_req, out, _BUCKET_COUNTS, 0 if first else chunk)
+        if first:
+            first = False
+        else:
+            cpu += time.thread_time() - c0
+            wall += time.perf_counter() - w0
+        if code == DONE:
+            break
+        if code == NEED_ROOM:
+            w0 = time.perf_counter()
+            _grow(trie, int(need[0]))
+            for s in np.flatnonzero(need[1:]):
+                _grow(local[s], int(need[1 + s]))
+                local_list[int(s)] = local[s].bundle
+            wall += time.perf_counter() - w0
+        elif code == PAUSED:
+            if progress is not None:
+                progress(int(out_len.sum()), total_tokens)
+        else:
+            raise AssertionError(f"replay kernel failed with code {code}")
+    if progress is not None:
+        progress(total_tokens, total_tokens)
+    emitted = [em_count[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
+    drafts = [em_drafts[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
+    return ReplayOutput(emitted, drafts, int(loop[L_STEPS]), cpu, wall, conc)
+
+
+def _grow(trie: TrieArrays, want: int) -> None:
+    """Grow until ``want`` node slots are allocated (or the trie reached its capacity)."""
+    while trie.alloc < min(trie.capacity, want):
+        trie.grow()

@@ -6,11 +6,12 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
+from .._canonical import CanonicalContent
 from ..config import NgramConfig
 from .adaptive import AdaptiveParams, build_adaptive, stateless_anchors
 from .match import MatchState, match_anchors, window_anchors
 from .tree import BreadthSchedule, build_bfs, build_prob, fill_result, level_order
-from .trie import Trie
+from .trie import Node, Trie
 
 __all__ = ["ReferenceBackend"]
 
@@ -121,6 +122,65 @@ class ReferenceBackend:
     @property
     def node_count(self) -> int:
         return self.trie.size
+
+    # Canonical content (what a saved file holds) ------------------------------------------
+
+    def to_canonical(self) -> CanonicalContent:
+        """The trie and match states, independent of object identity and history
+        (:class:`~ngramspec._canonical.CanonicalContent`; states in id order)."""
+        trie = self.trie
+        nodes = list(trie.global_lru)  # most recently touched first
+        index = {id(node): k for k, node in enumerate(nodes)}
+        index[id(trie.root)] = -1
+        depth = self.config.trie_depth
+        # States in id order (ints ascending, then strs), as the engine lists them.
+        keys = sorted(self.states, key=lambda k: (isinstance(k, str), k)) \
+            if self.config.stateful else []
+        s_epoch, ptl = np.zeros(len(keys), np.int64), np.zeros(len(keys), np.int64)
+        count, refs = np.zeros(len(keys), np.int32), np.full((len(keys), depth), -1, np.int32)
+        for i, key in enumerate(keys):
+            st = self.states[key]
+            s_epoch[i], ptl[i], count[i] = st.epoch, st.processed_total_len, len(st.anchors)
+            for d, ref in enumerate(st.anchors):
+                if ref is not None:
+                    node, version = ref
+                    fresh = st.epoch == trie.epoch and version == node.version
+                    refs[i, d] = index[id(node)] if fresh else -2
+        return CanonicalContent(
+            epoch=int(trie.epoch),
+            node_token=np.asarray([n.token for n in nodes], np.int32).reshape(-1),
+            node_parent=np.asarray([index[id(n.parent)] for n in nodes], np.int32).reshape(-1),
+            node_freq=np.asarray([n.freq for n in nodes], np.int32).reshape(-1),
+            request_ids=keys, state_epoch=s_epoch, state_processed_len=ptl, state_count=count,
+            state_refs=refs)
+
+    @classmethod
+    def from_canonical(cls, config: NgramConfig, content: CanonicalContent
+                       ) -> "ReferenceBackend":
+        """A backend holding validated canonical content (see :mod:`ngramspec.persist`)."""
+        backend = cls(config)
+        trie = backend.trie
+        trie.epoch = int(content.epoch)
+        nodes: list[Node] = []
+        for tok, par, freq in zip(content.node_token.tolist(), content.node_parent.tolist(),
+                                  content.node_freq.tolist()):
+            parent = trie.root if par == -1 else nodes[par]
+            node = Node(tok, parent)
+            node.freq = freq
+            parent.children[tok] = node
+            parent.lru.append(node)  # global order = recency order among siblings
+            trie.global_lru[node] = None
+            nodes.append(node)
+        stale = Node(0, None)  # version 1: a reference stored with version 0 is stale forever
+        for i, key in enumerate(content.request_ids):
+            st = MatchState()
+            st.epoch = int(content.state_epoch[i])
+            st.processed_total_len = int(content.state_processed_len[i])
+            refs = content.state_refs[i, :int(content.state_count[i])].tolist()
+            st.anchors = [None if r == -1 else (stale, 0) if r == -2 else (nodes[r], 1)
+                          for r in refs]
+            backend.states[key] = st
+        return backend
 
     def check_integrity(self) -> None:
         """Raise :class:`~ngramspec.errors.IntegrityError` if an invariant is broken."""

@@ -1,0 +1,148 @@
+"""Where the microseconds of ``NgramCache.match`` go: input checks, request ids, lock, backend,
+``DraftBatch``.
+
+Replays the recorded streams shipped with ngramspec through SGLang's serving loop (the trace of
+``compare_sglang.py``: each step one stateful ``match`` of the batch's last-18-token windows as
+int32 arrays, then one ``insert`` of them).  Every step is timed as a whole (``cache.match``),
+and each phase alone on the same inputs:
+
+- ``checks``: the contexts' checks and coercion (one int32 array per request);
+- ``ids``: request ids and ``total_lens`` checked and coerced;
+- ``lock``: ``synchronize()`` and taking the lock;
+- ``backend``: the backend's ``match`` on a twin cache in the same state (the kernel call and
+  its packing, the id-to-row mapping included);
+- ``DraftBatch``: building the returned object;
+- ``rest``: the whole call minus the phases (call overhead, glue).
+
+Figures are microseconds per call (batch 1) or per call and per request (batch 48, full
+steps only): for each step the fastest of ``--repeats`` identical replays (the one that load
+from elsewhere slowed least), averaged over the steps.
+
+    python benchmarks/match_overhead.py                      # BFS and PROB, batch 1 and 48
+    python benchmarks/match_overhead.py --batch 1 --repeats 3 --match-type BFS
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ngramspec as ns
+from ngramspec.drafts import DraftBatch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from compare_sglang import DEFAULTS, load_rows, trace  # noqa: E402
+
+PHASES = ("checks", "ids", "lock", "backend", "DraftBatch")
+
+
+def _phase_functions():
+    """The wrapper's checks as the installed version spells them."""
+    try:
+        from ngramspec import _validate as v
+    except ImportError:  # before the checks had their own module
+        from ngramspec import cache as v
+
+        def checks(ctxs):
+            batch = v._as_batch(ctxs, "contexts")
+            for c in batch:
+                if c.size == 0:
+                    raise ValueError
+            return batch
+
+        def ids(ids_, lens, batch):
+            keys = v._as_request_ids(ids_)
+            if len(set(keys)) != len(keys):
+                raise ValueError
+            total = v._as_lengths(lens, len(batch))
+            sizes = np.fromiter((c.size for c in batch), np.int64, len(batch))
+            if (total < sizes).any():
+                raise ValueError
+            return keys, total
+        return checks, ids
+
+    def checks(ctxs):
+        return v.as_contexts(ctxs)
+
+    def ids(ids_, lens, batch):
+        return v.as_request_ids(ids_, len(batch)), v.as_total_lens(lens, batch)
+    return checks, ids
+
+
+def _time(f, *args):
+    t0 = time.perf_counter_ns()
+    out = f(*args)
+    return time.perf_counter_ns() - t0, out
+
+
+def replay(steps, cfg, batch):
+    """Per phase, the ns of each timed step (full steps of ``batch`` requests only).
+
+    The whole call and the phases are timed in two separate replays (each cache sees only
+    its own work between steps, as in serving)."""
+    times = {k: [] for k in ("match",) + PHASES}
+    cache = ns.NgramCache(**cfg)
+    for ctxs, rids, lens in steps:
+        t0 = time.perf_counter_ns()
+        cache.match(ctxs, request_ids=rids, total_lens=lens)
+        dt = time.perf_counter_ns() - t0
+        if len(ctxs) == batch:
+            times["match"].append(dt)
+        cache.insert(ctxs)
+    twin = ns.NgramCache(**cfg)
+    checks, ids = _phase_functions()
+    make_batch = getattr(DraftBatch, "_trusted", DraftBatch)  # what the cache calls
+    for ctxs, rids, lens in steps:
+        if len(ctxs) == batch:
+            t_checks, packed = _time(checks, ctxs)
+            t_ids, (keys, total) = _time(ids, rids, lens, packed)
+            t0 = time.perf_counter_ns()
+            twin.synchronize()
+            with twin._lock:
+                pass
+            t_lock = time.perf_counter_ns() - t0
+            t_backend, (tok, mask, num) = _time(twin._backend.match, packed, keys, total)
+            t_batch, _ = _time(make_batch, tok, mask, num)
+            for k, t in zip(PHASES, (t_checks, t_ids, t_lock, t_backend, t_batch)):
+                times[k].append(t)
+        else:
+            twin.match(ctxs, request_ids=rids, total_lens=lens)
+        twin.insert(ctxs)
+    return {k: np.asarray(v, np.float64) for k, v in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 48])
+    ap.add_argument("--match-type", nargs="+", default=["BFS", "PROB"])
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    rows = load_rows()
+    ns.NgramCache(**DEFAULTS).warmup()
+    print(f"ngramspec {ns.__version__} from {Path(ns.__file__).parent}; numpy {np.__version__};"
+          f" µs per match call (per request in brackets); per step the fastest of "
+          f"{args.repeats} replays, mean over steps\n")
+    cols = ("match",) + PHASES + ("rest",)
+    print("| match_type | batch | steps | " + " | ".join(cols) + " |")
+    print("|---|---|---|" + "---|" * len(cols))
+    for mt in args.match_type:
+        cfg = dict(DEFAULTS, match_type=mt, capacity=1_000_000)
+        for batch in args.batch:
+            steps = trace(rows, batch)
+            runs = [replay(steps, cfg, batch) for _ in range(args.repeats)]
+            # Every replay does the same work at step i: the fastest of the replays at each
+            # step (what load from elsewhere did not slow down), averaged over the steps.
+            med = {k: np.min([r[k] for r in runs], axis=0).mean() / 1e3 for k in runs[0]}
+            med["rest"] = med["match"] - sum(med[p] for p in PHASES)
+            n_steps = runs[0]["match"].size
+            cells = [f"{med[c]:.1f}" + (f" ({med[c] / batch:.2f})" if batch > 1 else "")
+                     for c in cols]
+            print(f"| {mt} | {batch} | {n_steps} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
