@@ -31,6 +31,7 @@ _I32 = np.dtype(np.int32)
 _PLAIN_INT = frozenset((int,))
 _ID_TYPES = frozenset((str, int))
 _LIST_TYPES = frozenset((list, tuple))
+_I64_END = 2 ** 63
 _NDARRAY, _INT32_ONLY, _ONE = {np.ndarray}, {_I32}, {1}
 _DTYPE, _NDIM = operator.attrgetter("dtype"), operator.attrgetter("ndim")
 
@@ -176,6 +177,9 @@ def as_request_ids(request_ids: Any, n: int | None = None, *,
     """Request ids as a list of plain ``str``/``int`` keys.
 
     With ``n`` (a batch of ``n`` contexts): exactly ``n`` ids, no duplicates."""
+    if n == 1 and type(request_ids) is list and len(request_ids) == 1 and \
+            type(request_ids[0]) in _ID_TYPES:
+        return request_ids[:]  # batch 1, as a server sends it
     if type(request_ids) in _LIST_TYPES and set(map(type, request_ids)) <= _ID_TYPES:
         keys = list(request_ids)  # the common case: plain ids
     elif isinstance(request_ids, (str, bytes)) or not isinstance(
@@ -245,6 +249,10 @@ def as_lengths(values: Any, n: int, name: str, *, minimum: int | None = 0,
 
 def as_total_lens(total_lens: Any, contexts: list[np.ndarray]) -> np.ndarray:
     """``total_lens`` of a batch: one int64 per context, each at least the context's length."""
+    if type(total_lens) is list and len(total_lens) == 1 == len(contexts):
+        first = total_lens[0]  # batch 1, as a server sends it
+        if type(first) is int and contexts[0].size <= first < _I64_END:
+            return np.array(total_lens, dtype=np.int64)
     if type(total_lens) in _LIST_TYPES and len(total_lens) == len(contexts) and \
             set(map(type, total_lens)) <= _PLAIN_INT and \
             not any(map(operator.lt, total_lens, map(len, contexts))):

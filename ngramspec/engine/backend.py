@@ -7,12 +7,12 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from .._jit import jit, jit_inline
+from .._jit import entry_point, jit, jit_inline
 from .._canonical import CanonicalContent
 from ..config import NgramConfig
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
 from .match import States, match_anchors, new_states, window_anchors
-from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
+from .tree import build_bfs_scheduled, build_prob, fill_result, scratch_in, scratch_sizes
 from .adaptive import adaptive_scratch, draft_adaptive
 from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel
 
@@ -38,14 +38,15 @@ def _draft(ctx, count, top, steps, params, t, sc, bucket_counts, out_tokens, out
 
 @jit
 def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, states,
-                bucket_counts, out_tokens, out_mask, out_num):
+                bucket_counts, buf, out_tokens, out_mask, out_num):
     """SGLang 0.5.23's ``batchMatch``: stateful (or, with ``stateless``, fresh) anchors per
     request, one shared-budget tree each, in batch order.  ``params``: ``(max_depth, min_b,
-    max_b, budget, prob_mode)``; ``trie``/``states``: plain bundles."""
+    max_b, budget, prob_mode)``; ``trie``/``states``: plain bundles; ``buf``: the tree scratch
+    (:func:`~ngramspec.engine.tree.scratch_in`)."""
     t = Trie(*trie)
     st = States(*states)
     max_depth, _, max_b, budget, _ = params
-    sc = new_scratch(budget, max_depth, max_b)
+    sc = scratch_in(buf, budget, max_depth, max_b)
     mmd = max(1, max_depth - 1)
     for b in range(offsets.size - 1):
         ctx = flat[offsets[b]:offsets[b + 1]]
@@ -63,13 +64,13 @@ def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, 
 
 
 @jit
-def match_batch_windows(flat, offsets, min_w, max_w, params, trie, bucket_counts, out_tokens,
-                        out_mask, out_num):
+def match_batch_windows(flat, offsets, min_w, max_w, params, trie, bucket_counts, buf,
+                        out_tokens, out_mask, out_num):
     """SGLang 0.5.9's ``batchMatch``: stateless match windows ``min_w .. max_w`` per request
     (``params[0]`` = ``branch_length``), one shared-budget tree each, in batch order."""
     t = Trie(*trie)
     max_depth, _, max_b, budget, _ = params
-    sc = new_scratch(budget, max_depth, max_b)
+    sc = scratch_in(buf, budget, max_depth, max_b)
     steps = max_w - min_w + 1
     for b in range(offsets.size - 1):
         ctx = flat[offsets[b]:offsets[b + 1]]
@@ -83,12 +84,19 @@ def _pack(sequences: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     sums is a third of ``np.cumsum`` on a list at batch 48)."""
     n = len(sequences)
     if n == 1:  # the common serving case: no concatenation
-        flat = sequences[0]
+        flat = _plain(sequences[0])
         offsets = np.array([0, flat.size], np.int64)
     else:
         offsets = np.fromiter(accumulate(map(len, sequences), initial=0), np.int64, n + 1)
         flat = np.concatenate(sequences) if n else np.zeros(0, np.int32)
     return flat.astype(np.int32, copy=False), offsets
+
+
+def _plain(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy where Numba would type it apart from a fresh array (a view with
+    strides, read-only or unaligned): the kernels' cached entry points take one type."""
+    f = a.flags
+    return a if f.c_contiguous and f.behaved else np.array(a)
 
 
 class EngineBackend:
@@ -118,6 +126,11 @@ class EngineBackend:
         self._free_rows = list(range(15, 0, -1))  # row 0 is scratch for stateless matching
         self._last_keys: list | None = None  # the last batch of ids and its rows (a cache)
         self._last_rows = np.zeros(0, np.int64)
+        # Tree scratch reused by every match call, and the match kernel's compiled entry point.
+        sizes = scratch_sizes(self._params[3], self._params[0], self._params[2])
+        self._buf = tuple(np.empty(k, dt) for k, dt in zip(sizes, (np.int32, np.int64,
+                                                                     np.float64)))
+        self._match_entry = None
 
     # Match states ------------------------------------------------------------------------
 
@@ -202,16 +215,20 @@ class EngineBackend:
         if not cfg.stateful:
             match_batch_windows(flat, offsets, cfg.min_match_window_size,
                                 cfg.max_match_window_size, params, self.trie.bundle,
-                                _BUCKET_COUNTS, tokens, mask, num)
+                                _BUCKET_COUNTS, self._buf, tokens, mask, num)
             return tokens, mask, num
         if keys is None:
             rows = np.zeros(b, np.int64)
             lens = rows
         else:
             rows = self._rows_of(keys)
-            lens = np.asarray(total_lens, np.int64)
-        match_batch(flat, offsets, rows, lens, keys is None, params, self.trie.bundle,
-                    self.states, _BUCKET_COUNTS, tokens, mask, num)
+            lens = _plain(np.asarray(total_lens, np.int64))
+        args = (flat, offsets, rows, lens, keys is None, params, self.trie.bundle,
+                self.states, _BUCKET_COUNTS, self._buf, tokens, mask, num)
+        kernel = self._match_entry
+        if kernel is None:
+            kernel = self._match_entry = entry_point(match_batch, *args)
+        kernel(*args)
         return tokens, mask, num
 
     def match_adaptive(self, contexts: Sequence[np.ndarray],

@@ -39,6 +39,8 @@ Trie = namedtuple("Trie", "tok par freq ver c_head c_next c_prev g_next g_prev h
 _NODE_DTYPES = dict(tok=np.int32, par=np.int32, freq=np.int32, ver=np.int64, c_head=np.int32,
                     c_next=np.int32, c_prev=np.int32, g_next=np.int32, g_prev=np.int32)
 
+_COLUMNS = ("tok", "par", "c_next", "freq")
+
 
 class TrieArrays:
     """Owner of the trie's arrays; grows them before a kernel could run out of room.
@@ -81,8 +83,15 @@ class TrieArrays:
 
     def _allocate(self, n: int) -> None:
         old = self.alloc
+        # What is read together shares a cache line (columns of one (n, 4) array): a child
+        # lookup reads ``tok`` and ``par``, a walk over children ``tok`` and ``c_next`` (PROB
+        # also ``freq``); in a large trie each separate read is a cache miss.
+        cols = np.full((n, 4), -1, np.int32)
         for name, dtype in _NODE_DTYPES.items():
-            new = np.full(n, -1, dtype) if name != "ver" else np.ones(n, dtype)
+            if name in _COLUMNS:
+                new = cols[:, _COLUMNS.index(name)]
+            else:
+                new = np.full(n, -1, dtype) if name != "ver" else np.ones(n, dtype)
             if old:
                 new[:old] = getattr(self, name)
             setattr(self, name, new)
