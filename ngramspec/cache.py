@@ -15,6 +15,7 @@ import numpy as np
 from . import _validate as v
 from . import persist
 from .config import NgramConfig
+from .corpora import Corpora
 from .drafts import DraftBatch
 from .errors import BackgroundInsertError
 
@@ -49,6 +50,8 @@ class NgramCache:
         See :class:`NgramConfig`.
     profile, branch_length, min_match_window_size, max_match_window_size
         See :class:`NgramConfig`; the last three belong to ``profile="sglang-0.5.9"``.
+    external_sam_budget, external_corpus_max_tokens
+        External corpora (SGLang 0.5.23; off by default), see :meth:`add_corpus`.
     index_prompt, exact_counts, local_index, min_token_prob, max_spec_factor, min_expected_accept
         Options beyond SGLang, all off by default; see :class:`NgramConfig`.  The first three
         are :class:`Drafter` policies; the last three tune ``match_type="ADAPTIVE"``, whose
@@ -91,6 +94,8 @@ class NgramCache:
                  local_index: bool | None = None, min_token_prob: float | None = None,
                  max_spec_factor: float | None = None,
                  min_expected_accept: float | None = None,
+                 external_sam_budget: int | None = None,
+                 external_corpus_max_tokens: int | None = None,
                  config: NgramConfig | None = None, backend: str = "numba") -> None:
         options = {k: v for k, v in dict(
             max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
@@ -100,7 +105,8 @@ class NgramCache:
             max_match_window_size=max_match_window_size, index_prompt=index_prompt,
             exact_counts=exact_counts, local_index=local_index, min_token_prob=min_token_prob,
             max_spec_factor=max_spec_factor,
-            min_expected_accept=min_expected_accept).items() if v is not None}
+            min_expected_accept=min_expected_accept, external_sam_budget=external_sam_budget,
+            external_corpus_max_tokens=external_corpus_max_tokens).items() if v is not None}
         if config is not None:
             if options:
                 raise ValueError(f"pass either config= or individual options, not both "
@@ -115,6 +121,7 @@ class NgramCache:
         self._adaptive = config.match_type == "ADAPTIVE"
         self._lock = threading.Lock()
         self._backend = self._make_backend()
+        self._corpora = Corpora(config, backend)
         # Background inserts (insert(wait=False)): FIFO queue, one worker thread at a time,
         # counters of batches queued and finished, errors kept for the next caller.
         self._queue: collections.deque = collections.deque()
@@ -135,6 +142,8 @@ class NgramCache:
         scratch = NgramCache(config=self._config.replace(capacity=self._config.trie_depth + 1),
                              backend=self._backend_name)
         scratch.insert([[1, 2, 1]])
+        if self._config.external_sam_budget:  # the corpus kernels too
+            scratch.add_corpus("warmup", [[1, 2, 1]])
         scratch.match([[1, 2]], request_ids=[0], total_lens=[2])
         scratch.match([[1, 2]])
         return self
@@ -252,7 +261,10 @@ class NgramCache:
                              f"searched by it); this cache's is {self._config.match_type!r}")
         self.synchronize()
         with self._lock:
-            tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
+            if self._corpora.active:
+                tokens, mask, num_drafts = self._corpora.match(self._backend, batch, keys, lens)
+            else:
+                tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch._trusted(tokens, mask, num_drafts)
 
     def _local_backends(self, local: Any, n: int) -> list | None:
@@ -287,10 +299,70 @@ class NgramCache:
             self._backend.erase(keys)
 
     def reset(self) -> None:
-        """Empty the trie and forget every match state (after queued inserts have run)."""
+        """Empty the trie and forget every match state (after queued inserts have run).
+        External corpora are kept, as SGLang's cache flush keeps them."""
         self.synchronize()
         with self._lock:
             self._backend.reset()
+
+    # External corpora (SGLang 0.5.23; ngramspec.corpora) ------------------------------------
+
+    def add_corpus(self, corpus_id: str, documents) -> int:
+        """Load an external corpus: a suffix automaton over ``documents`` that every match
+        then drafts from, with ``external_sam_budget`` nodes shared by the loaded corpora
+        (SGLang's ``/add_external_corpus``).  Corpora survive :meth:`reset`.
+
+        Parameters
+        ----------
+        corpus_id : str
+            A new, non-empty id.
+        documents : iterable of 1-D int sequences
+            Token ids within int32, except ``INT32_MIN``: the separator SGLang puts between
+            documents.  Empty documents are skipped.
+
+        Returns
+        -------
+        int
+            Tokens loaded, separators included (what :meth:`corpora` reports).
+
+        Raises
+        ------
+        ValueError
+            A duplicate id, no tokens, more tokens than ``external_corpus_max_tokens`` or
+            than the loaded corpora leave of it (SGLang would truncate a corpus over the
+            cap), a bad token, or ``external_sam_budget == 0``.  Nothing changes then.
+
+        Examples
+        --------
+        >>> cache = NgramCache(max_trie_depth=4, max_bfs_breadth=3, draft_token_num=6,
+        ...                    external_sam_budget=2)
+        >>> cache.insert([[1, 2, 3, 4]])
+        >>> cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+        10
+        >>> cache.match([[1, 2]]).tokens
+        array([[2, 5, 3, 4, 0, 0]], dtype=int32)
+        >>> cache.corpora()
+        {'docs': 10}
+        """
+        self.synchronize()
+        with self._lock:
+            return self._corpora.add(corpus_id, documents)
+
+    def remove_corpus(self, corpus_id: str) -> None:
+        """Unload a corpus; KeyError if no corpus has this id (SGLang accepts it silently)."""
+        with self._lock:
+            self._corpora.remove(corpus_id)
+
+    def clear_corpora(self) -> None:
+        """Unload every corpus (the trie is untouched)."""
+        with self._lock:
+            self._corpora.clear()
+
+    def corpora(self) -> dict[str, int]:
+        """``{corpus_id: tokens}`` of the loaded corpora, separators included, in SGLang's
+        order (the one in which their trees are merged)."""
+        with self._lock:
+            return self._corpora.counts()
 
     # Background inserts ------------------------------------------------------------------
 
@@ -375,7 +447,8 @@ class NgramCache:
         Atomic: the file appears complete at ``path`` or not at all; a failure mid-write
         leaves a previous file there untouched.  A cache loaded from it continues exactly as
         this one would (same drafts for the same future calls, stateful matches included),
-        on either backend.
+        on either backend.  External corpora are not written (they are rebuilt from their
+        documents): add them again to the loaded cache.
 
         Examples
         --------

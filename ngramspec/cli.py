@@ -177,6 +177,12 @@ def _parser() -> argparse.ArgumentParser:
                                      "model, predict the serving speed-up per concurrency "
                                      "level.")
     _add_common(sim, grid=False)
+    sim.add_argument("--corpus", action="append", metavar="FILE", default=[],
+                     help="external corpus loaded before the traffic (repeatable; needs "
+                          "--external-sam-budget): JSONL, one document per line, a list of "
+                          "token ids or (with --tokenizer) a string; its id is the path")
+    sim.add_argument("--tokenizer", metavar="DIR", help="local Hugging Face tokenizer "
+                     "directory for text corpora (needs transformers)")
     sim.add_argument("--by", metavar="FIELD", help="also report per value of this metadata "
                                                    "field (e.g. task)")
     sim.add_argument("--plot", metavar="PATH.png",
@@ -467,11 +473,12 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     rows, label = _load(args)
     levels = _levels(args, len(rows))
     done: list[tuple[int, SimulationResult, ServingPrediction | None]] = []
+    corpora = _corpora(args)
     for asked, c in levels:
         bar = ProgressBar(f"simulate c={c}", force=args.progress)
         try:
             result = simulate(rows, config=config, concurrency=c, backend=args.backend,
-                              progress=bar)
+                              progress=bar, corpora=corpora)
         finally:
             bar.close()
         pred = predict_serving(result, cost, draft_ms=args.draft_ms) if cost else None
@@ -501,6 +508,27 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
                           _cost_label(cost, args))
         out.write(f"plot written to {args.plot}\n")
     return 0
+
+
+def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--corpus`` files read as documents (ids: the paths), with ``--tokenizer`` for text."""
+    from .corpora import read_corpus
+
+    if not args.corpus:
+        return None
+    tokenizer = None
+    if args.tokenizer:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise ValueError("--tokenizer needs the transformers package "
+                             "(pip install transformers)") from None
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--tokenizer {args.tokenizer}: no tokenizer could be loaded "
+                             f"from there ({e})") from None
+    return {path: read_corpus(path, tokenizer=tokenizer) for path in args.corpus}
 
 
 def _plot_concurrency(lines: dict[str, list[tuple[int, float]]], path: str,

@@ -22,6 +22,9 @@ _ADAPTIVE_MAX_DRAFT = 256
 PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
 
 _INT32_MAX = 2**31 - 1
+# Corpus tokens across a cache's corpora: automaton states and edges are int32 ids (at most
+# 2 states and 3 edges per token).
+_MAX_CORPUS_TOKENS = 2**29
 
 #: Named starting points (``NgramConfig.preset(name)``, ``--preset`` on the command line).
 PRESETS = ("sglang", "recommended", "recommended-cost-aware")
@@ -44,7 +47,7 @@ _PROFILE_FIELDS: dict[str, dict[str, int]] = {
 }
 
 # SGLang server-argument names (after dropping "--", "speculative_" and "ngram_") that map onto
-# our fields, per era; the external-corpus arguments exist in 0.5.23 but are not supported here.
+# our fields, per era.  The corpus path is checked as SGLang does, and left to the caller to load.
 _SGLANG_SHARED_ARGS = {
     "min_bfs_breadth": "min_bfs_breadth",
     "max_bfs_breadth": "max_bfs_breadth",
@@ -53,12 +56,14 @@ _SGLANG_SHARED_ARGS = {
     "num_draft_tokens": "draft_token_num",
 }
 _SGLANG_PROFILE_ARGS = {
-    "sglang-0.5.23": {"max_trie_depth": "max_trie_depth"},
+    "sglang-0.5.23": {"max_trie_depth": "max_trie_depth",
+                      "external_sam_budget": "external_sam_budget",
+                      "external_corpus_max_tokens": "external_corpus_max_tokens"},
     "sglang-0.5.9": {"branch_length": "branch_length",
                      "min_match_window_size": "min_match_window_size",
                      "max_match_window_size": "max_match_window_size"},
 }
-_SGLANG_UNSUPPORTED = ("external_corpus_path", "external_sam_budget", "external_corpus_max_tokens")
+_SGLANG_CORPUS_PATH = "external_corpus_path"
 
 
 def _np_bool_types() -> tuple[type, ...]:
@@ -144,6 +149,13 @@ class NgramConfig:
         ADAPTIVE only: draft nothing when the expected accept length (``1 +`` the sum of the
         drafted probabilities) is below this: a step without drafts can run as a plain decode.
         The break-even of a cost model (verify time / decode time) is the natural value.
+    external_sam_budget : int
+        ``sglang-0.5.23`` BFS/PROB only (default 0: corpora off).  Draft nodes per tree that
+        the loaded external corpora share (:meth:`~ngramspec.NgramCache.add_corpus`);
+        ``0 <= external_sam_budget <= draft_token_num - 1``.
+    external_corpus_max_tokens : int
+        Cap on the tokens (separators included) of all loaded corpora together (default
+        10,000,000); at least 1.
     branch_length : int, optional
         ``sglang-0.5.9`` only (default 18).  Longest path stored in the trie (renamed
         ``max_trie_depth`` later); the worker inserts the last ``branch_length`` tokens.
@@ -189,6 +201,8 @@ class NgramConfig:
     min_token_prob: float = 0.0
     max_spec_factor: float = 0.0
     min_expected_accept: float = 0.0
+    external_sam_budget: int = 0
+    external_corpus_max_tokens: int = 10_000_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, str) or self.profile not in PROFILES:
@@ -246,6 +260,7 @@ class NgramConfig:
             if getattr(self, name) > _INT32_MAX:
                 raise ValueError(f"{name} must fit in int32 (<= {_INT32_MAX}), "
                                  f"got {getattr(self, name)}")
+        self._check_corpora()
 
     def _check_beyond_sglang(self) -> None:
         for name in ("index_prompt", "exact_counts", "local_index"):
@@ -279,6 +294,23 @@ class NgramConfig:
         elif self.draft_token_num is not None and self.draft_token_num > _ADAPTIVE_MAX_DRAFT:
             raise ValueError(f"draft_token_num must be <= {_ADAPTIVE_MAX_DRAFT} with "
                              f"match_type='ADAPTIVE', got {self.draft_token_num}")
+
+    def _check_corpora(self) -> None:
+        # SGLang's server checks (spec 3.6.1), applied whenever a budget is set.
+        for name in ("external_sam_budget", "external_corpus_max_tokens"):
+            object.__setattr__(self, name, _check_int(name, getattr(self, name)))
+        budget, cap = self.external_sam_budget, self.external_corpus_max_tokens
+        assert self.draft_token_num is not None
+        if not 0 <= budget <= self.draft_token_num - 1:
+            raise ValueError(f"external_sam_budget must be in [0, draft_token_num - 1 = "
+                             f"{self.draft_token_num - 1}] (0 = corpora off), got {budget}")
+        if not 1 <= cap <= _MAX_CORPUS_TOKENS:
+            raise ValueError(f"external_corpus_max_tokens must be in [1, {_MAX_CORPUS_TOKENS}], "
+                             f"got {cap}")
+        if budget and (self.profile != "sglang-0.5.23" or self.match_type == "ADAPTIVE"):
+            raise ValueError("external_sam_budget > 0 (external corpora) exists for profile "
+                             "'sglang-0.5.23' with match_type 'BFS' or 'PROB' only, got "
+                             f"profile={self.profile!r}, match_type={self.match_type!r}")
 
     @property
     def sglang_exact(self) -> bool:
@@ -355,6 +387,11 @@ class NgramConfig:
         together are an error.  A 0.5.9 server ignored ``match_type`` (it always ran BFS); this
         profile honours it, so leave it at ``"BFS"`` to reproduce such a server.
 
+        ``external_sam_budget`` and ``external_corpus_max_tokens`` become fields (validated
+        as :class:`NgramConfig` does); ``external_corpus_path`` is checked as SGLang checks it
+        (it then requires a budget > 0) but a config holds no corpus: load it into the cache
+        with :meth:`NgramCache.add_corpus(path, documents) <ngramspec.NgramCache.add_corpus>`.
+
         Examples
         --------
         >>> cfg = NgramConfig.from_sglang_args({"--speculative-ngram-max-bfs-breadth": 8,
@@ -370,13 +407,15 @@ class NgramConfig:
             raise TypeError(f"args must be a mapping of SGLang argument names to values, "
                             f"got {type(args).__name__}")
         era_names = {p: set(names) for p, names in _SGLANG_PROFILE_ARGS.items()}
-        era_names["sglang-0.5.23"] |= set(_SGLANG_UNSUPPORTED)
+        era_names["sglang-0.5.23"].add(_SGLANG_CORPUS_PATH)
         all_args = dict(_SGLANG_SHARED_ARGS)
         for names in _SGLANG_PROFILE_ARGS.values():
             all_args.update(names)
-        known = sorted(["speculative_algorithm", "speculative_num_draft_tokens"]
+        known = sorted(["speculative_algorithm", "speculative_num_draft_tokens",
+                        f"speculative_ngram_{_SGLANG_CORPUS_PATH}"]
                        + [f"speculative_ngram_{k}" for k in all_args if k != "num_draft_tokens"])
         fields: dict[str, Any] = {}
+        corpus_path = None
         seen: dict[str, str] = {}  # profile -> first raw name of that era
         for raw_name, value in args.items():
             if not isinstance(raw_name, str):
@@ -399,12 +438,12 @@ class NgramConfig:
                 raise ValueError(f"{new!r} (SGLang 0.5.23) and {old!r} (SGLang 0.5.9, window "
                                  "era) belong to different SGLang releases; pass the arguments "
                                  "of one release")
-            if name in _SGLANG_UNSUPPORTED:
-                # Unset (None / 0) is fine; the token cap means nothing without a corpus.
-                if value in (None, 0) or name == "external_corpus_max_tokens":
-                    continue
-                raise ValueError(f"{raw_name}: SGLang's external corpus (suffix automaton) is "
-                                 f"not supported by ngramspec")
+            if name == _SGLANG_CORPUS_PATH:
+                if value is not None and not isinstance(value, str):
+                    raise TypeError(f"{raw_name} must be a path (str), got "
+                                    f"{type(value).__name__}")
+                corpus_path = value
+                continue
             if name not in all_args:
                 raise ValueError(f"unknown SGLang argument {raw_name!r}; known: {', '.join(known)}")
             field = all_args[name]
@@ -412,7 +451,12 @@ class NgramConfig:
                 raise ValueError(f"{raw_name} given twice (as another spelling of {field})")
             fields[field] = value
         profile = next(iter(seen), "sglang-0.5.23")
-        return cls(**{k: v for k, v in fields.items() if v is not None}, profile=profile)
+        config = cls(**{k: v for k, v in fields.items() if v is not None}, profile=profile)
+        if corpus_path:  # SGLang's server checks, which it runs only with a start-up corpus
+            if config.external_sam_budget <= 0:
+                raise ValueError("speculative_ngram_external_sam_budget must be > 0 when "
+                                 "speculative_ngram_external_corpus_path is given")
+        return config
 
     # --- presets, TOML files and SGLang server arguments ------------------------------------
 

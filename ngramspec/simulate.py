@@ -30,6 +30,7 @@ This module prepares the inputs and reports; it holds no engine array.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
@@ -259,7 +260,8 @@ def _check_args(config: Any, concurrency: Any, backend: Any) -> NgramConfig:
 
 def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
              concurrency: int = 1, backend: str = "numba",
-             progress: ProgressFn | None = None) -> SimulationResult:
+             progress: ProgressFn | None = None,
+             corpora: Mapping[str, Any] | None = None) -> SimulationResult:
     """Replay SGLang's serving loop with n-gram speculation on recorded greedy streams.
 
     Parameters
@@ -280,6 +282,10 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         step (the readable definition; slow).
     progress : callable(done, total), optional
         Called now and then with output tokens replayed so far and in total.
+    corpora : mapping of corpus id to documents, optional
+        External corpora loaded before the traffic (needs ``config.external_sam_budget > 0``;
+        see :meth:`~ngramspec.NgramCache.add_corpus`).  Replayed step by step through a
+        :class:`~ngramspec.Drafter` (the compiled loop has no corpora yet).
 
     Returns
     -------
@@ -315,7 +321,7 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     # More requests decoded together than there are requests changes nothing.
     concurrency = min(int(concurrency), len(rows))
     ids = [r["id"] for r in rows]
-    if backend == "numba":
+    if backend == "numba" and not corpora:  # the compiled replay has no corpora yet
         from .engine.replay import replay  # imports numba: only when simulating
 
         out = replay(prompts, outputs, config, concurrency=concurrency, progress=progress)
@@ -323,7 +329,7 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
                                                    out.batch_steps, out.wall_seconds)
     else:
         emitted, drafts, cpu, batch_steps, wall = _replay_stepwise(
-            prompts, outputs, config, concurrency, backend, ids, progress)
+            prompts, outputs, config, concurrency, backend, ids, progress, corpora)
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=ids,
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
@@ -357,12 +363,18 @@ def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.nd
 
 
 def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
-                     ids: list[Hashable], progress: ProgressFn | None):
+                     ids: list[Hashable], progress: ProgressFn | None,
+                     corpora: Mapping[str, Any] | None = None):
     """The loop step by step through :class:`~ngramspec.Drafter` (whose bookkeeping follows
     the config's profile and options) and :func:`~ngramspec.verify_greedy`."""
     from .drafter import Drafter
 
     drafter = Drafter(config=config, backend=backend)
+    if corpora is not None and not isinstance(corpora, Mapping):
+        raise TypeError(f"corpora must be a mapping of corpus id to documents, got "
+                        f"{type(corpora).__name__}")
+    for corpus_id, documents in (corpora or {}).items():
+        drafter.cache.add_corpus(corpus_id, documents)
     n_req = len(prompts)
     out_len = [0] * n_req
     emitted: list[list[int]] = [[] for _ in range(n_req)]

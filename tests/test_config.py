@@ -79,8 +79,10 @@ def test_from_sglang_args_spellings():
 
 @pytest.mark.parametrize("args, exc, match", [
     ({"speculative_algorithm": "EAGLE"}, ValueError, "must be 'NGRAM'"),
-    ({"speculative_ngram_external_corpus_path": "c.jsonl"}, ValueError, "not supported"),
-    ({"speculative_ngram_external_sam_budget": 4}, ValueError, "not supported"),
+    ({"speculative_ngram_external_corpus_path": "c.jsonl"}, ValueError,
+     "external_sam_budget must be > 0"),
+    ({"speculative_ngram_external_sam_budget": 12}, ValueError,
+     r"external_sam_budget must be in \[0, draft_token_num - 1 = 11\]"),
     ({"speculative_ngram_bogus": 1}, ValueError, "known: .*speculative_ngram_max_trie_depth"),
     ({"speculative_ngram_max_trie_depth": 12, "speculative_ngram_branch_length": 18},
      ValueError, "belong to different SGLang releases"),

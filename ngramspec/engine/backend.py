@@ -193,14 +193,20 @@ class EngineBackend:
         self._insert(sequences, self.insert_skip, count_from)
 
     def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
-              total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              total_lens: np.ndarray | None, *, budget: int | None = None,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Drafts of a batch: ``(tokens (B, n) int32, mask (B, n, n) bool, num (B,) int32)``.
 
         ``keys``: request ids (None: stateless, fresh anchors); ``total_lens``: their total
-        sequence lengths.  One kernel call for the whole batch.
+        sequence lengths.  One kernel call for the whole batch.  ``budget``: drafted nodes
+        (default ``config.budget``; less with corpora, whose trees are merged in afterwards);
+        the result then has ``budget + 1`` slots.
         """
         cfg = self.config
-        n = cfg.draft_token_num
+        params = self._params
+        if budget is not None:
+            params = params[:3] + (int(budget),) + params[4:]
+        n = params[3] + 1
         b = len(contexts)
         flat, offsets = _pack(contexts)
         tokens = np.empty((b, n), np.int32)
@@ -208,7 +214,7 @@ class EngineBackend:
         num = np.empty(b, np.int32)
         if not cfg.stateful:
             match_batch_windows(flat, offsets, cfg.min_match_window_size,
-                                cfg.max_match_window_size, self._params, self.trie.bundle,
+                                cfg.max_match_window_size, params, self.trie.bundle,
                                 _BUCKET_COUNTS, self._buf, tokens, mask, num)
             return tokens, mask, num
         if keys is None:
@@ -217,7 +223,7 @@ class EngineBackend:
         else:
             rows = self._rows_of(keys)
             lens = _plain(np.asarray(total_lens, np.int64))
-        args = (flat, offsets, rows, lens, keys is None, self._params, self.trie.bundle,
+        args = (flat, offsets, rows, lens, keys is None, params, self.trie.bundle,
                 self.states, _BUCKET_COUNTS, self._buf, tokens, mask, num)
         kernel = self._match_entry
         if kernel is None:

@@ -57,9 +57,13 @@ class ReferenceBackend:
         return match_anchors(self.trie, state, context, total_len)
 
     def match(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
-              total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              total_lens: np.ndarray | None, *, budget: int | None = None,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``budget``: drafted nodes (default ``config.budget``; less with corpora, whose
+        trees are merged in afterwards); the result has ``budget + 1`` slots."""
         cfg = self.config
-        n = cfg.draft_token_num
+        budget = cfg.budget if budget is None else budget
+        n = budget + 1
         tokens = np.zeros((len(contexts), n), dtype=np.int32)
         mask = np.zeros((len(contexts), n, n), dtype=bool)
         num_drafts = np.zeros(len(contexts), dtype=np.int32)
@@ -72,9 +76,9 @@ class ReferenceBackend:
                 key, total_len = keys[b], int(total_lens[b])
             anchors = self._anchors(context, key, total_len)
             if cfg.match_type == "BFS":
-                tree, used = build_bfs(anchors, cfg.budget, self.schedule)
+                tree, used = build_bfs(anchors, budget, self.schedule)
             else:
-                tree, used = build_prob(anchors, cfg.budget, cfg.max_bfs_breadth)
+                tree, used = build_prob(anchors, budget, cfg.max_bfs_breadth)
             tokens[b], mask[b] = fill_result(context[-1], n, tree)
             num_drafts[b] = used
         return tokens, mask, num_drafts

@@ -1,0 +1,60 @@
+"""asv benchmarks of external corpora through the public API: building an automaton
+(``add_corpus``) and matching with corpora loaded.
+
+For the ratios against SGLang's C++ core, run ``python benchmarks/compare_corpora.py``.
+"""
+
+import ngramspec as ns
+
+from .compare_sglang import load_rows, trace
+
+DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12,
+                capacity=1_000_000)
+
+
+def _documents():
+    return [r["prompt_ids"] + r["output_ids"] for r in load_rows()]
+
+
+class AddCorpus:
+    """``add_corpus`` of the recorded streams (about 67k tokens, one document per request)."""
+
+    params = ["BFS", "PROB"]
+    param_names = ["match_type"]
+
+    def setup(self, match_type):
+        self.docs = _documents()
+        self.cache = ns.NgramCache(**DEFAULTS, match_type=match_type, external_sam_budget=4)
+        self.cache.warmup()
+        self.n = 0
+
+    def time_add_corpus(self, match_type):
+        self.n += 1
+        self.cache.add_corpus(f"c{self.n}", self.docs)
+        self.cache.remove_corpus(f"c{self.n}")
+
+
+class MatchWithCorpora:
+    """Stateful match of one serving step with three corpora loaded (the streams by task)."""
+
+    params = (["BFS", "PROB"], [1, 48])
+    param_names = ["match_type", "batch"]
+
+    def setup(self, match_type, batch):
+        rows = load_rows()
+        self.cache = ns.NgramCache(**DEFAULTS, match_type=match_type, external_sam_budget=6)
+        self.cache.warmup()
+        by_task: dict = {}
+        for r in rows:
+            by_task.setdefault(r["task"], []).append(r["prompt_ids"] + r["output_ids"])
+        for task, docs in sorted(by_task.items())[:3]:
+            self.cache.add_corpus(task, docs)
+        steps = trace(rows[:40], batch)
+        for ctxs, ids, lens in steps[: len(steps) // 2]:
+            self.cache.match(ctxs, request_ids=ids, total_lens=lens)
+            self.cache.insert(ctxs)
+        self.step = steps[len(steps) // 2]
+
+    def time_match(self, match_type, batch):
+        ctxs, ids, lens = self.step
+        self.cache.match(ctxs)

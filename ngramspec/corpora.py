@@ -1,0 +1,477 @@
+"""External corpora (SGLang 0.5.23, spec §3.6): the corpora of one cache, their order, the
+budget split and the merge of their draft trees into the trie's.
+
+A corpus is a list of token documents joined by the separator ``INT32_MIN`` into one stream,
+from which a suffix automaton is built once (:mod:`ngramspec.reference.sam` is the readable
+model, :mod:`ngramspec.engine.sam` the Numba one).  With ``external_sam_budget > 0`` every match
+splits the draft budget between the trie and the loaded corpora, asks each corpus for its own
+small tree and merges them in SGLang's corpus order, which is the iteration order of a
+libstdc++ ``std::unordered_map<std::string, ...>`` (:class:`CorpusOrder`).
+
+:class:`~ngramspec.NgramCache` owns one :class:`Corpora` and delegates ``add_corpus``,
+``remove_corpus``, ``clear_corpora`` and ``corpora`` to it.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import json
+import os
+from typing import Any, Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .config import NgramConfig
+from .stdorder import HASHTABLE_BUCKET_COUNTS
+
+__all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream", "read_corpus",
+           "tree_paths", "cache_from_sglang_args"]
+
+#: The token SGLang puts between the documents of a corpus (``INT32_MIN``).
+SEPARATOR = -(2**31)
+_INT32_MAX = 2**31 - 1
+_MASK64 = (1 << 64) - 1
+
+
+def string_hash(key: str) -> int:
+    """libstdc++'s ``std::hash<std::string>`` on 64-bit Linux: ``_Hash_bytes`` (a MurmurHash2
+    variant, seed ``0xc70f6907``) over the UTF-8 bytes.
+
+    Examples
+    --------
+    >>> string_hash("docs"), string_hash("")
+    (10897595616481244391, 6142509188972423790)
+    """
+    data = key.encode("utf-8")
+    mul = 0xC6A4A7935BD1E995
+
+    def shift_mix(v: int) -> int:
+        return v ^ (v >> 47)
+
+    h = (0xC70F6907 ^ (len(data) * mul)) & _MASK64
+    full = len(data) // 8 * 8
+    for i in range(0, full, 8):
+        w = int.from_bytes(data[i:i + 8], "little")
+        h = ((h ^ ((shift_mix((w * mul) & _MASK64) * mul) & _MASK64)) * mul) & _MASK64
+    if len(data) % 8:
+        h = ((h ^ int.from_bytes(data[full:], "little")) * mul) & _MASK64
+    h = (shift_mix(h) * mul) & _MASK64
+    return shift_mix(h)
+
+
+class CorpusOrder:
+    """The iteration order of a libstdc++ ``unordered_map<std::string, ...>`` (spec §3.6.9).
+
+    A list whose ids of one bucket stand together: a new id goes just before the first id of
+    its bucket, or at the front when its bucket is empty; a rehash replays the list from the
+    front.  Erasing takes an id out; clearing empties the list; neither shrinks the buckets.
+
+    Examples
+    --------
+    >>> order = CorpusOrder()
+    >>> for cid in ["docs", "wiki", "code"]:
+    ...     order.insert(cid)
+    >>> list(order)
+    ['wiki', 'code', 'docs']
+    >>> order.erase("docs"); order.insert("docs"); list(order)
+    ['wiki', 'docs', 'code']
+    """
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._hash: dict[str, int] = {}  # cached hash codes, as libstdc++ keeps them
+        self.bucket_count = 1
+        self._next_resize = 0
+
+    def __iter__(self):
+        return iter(list(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def insert(self, key: str) -> None:
+        size = len(self._ids)
+        if size + 1 > self._next_resize:
+            want = max(size + 1, 11 if self._next_resize == 0 else 0)
+            if want >= self.bucket_count:
+                self._rehash(self._next_bucket_count(max(want + 1, 2 * self.bucket_count)))
+            else:
+                self._next_resize = self.bucket_count
+        self._hash[key] = string_hash(key)
+        self._place(self._ids, key, self.bucket_count)
+
+    def erase(self, key: str) -> None:
+        self._ids.remove(key)
+        del self._hash[key]
+
+    def clear(self) -> None:
+        self._ids.clear()
+        self._hash.clear()
+
+    @staticmethod
+    def _next_bucket_count(at_least: int) -> int:
+        # libstdc++'s next_bkt: a small table below 14, else its next prime; growth by
+        # doubling from 13 visits exactly the bucket counts the int map goes through.
+        if at_least < 14:
+            return (2, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13)[at_least]
+        for count in HASHTABLE_BUCKET_COUNTS:
+            if count >= at_least:
+                return count
+        raise OverflowError("more corpora than modelled")
+
+    def _place(self, ids: list[str], key: str, bucket_count: int) -> None:
+        b = self._hash[key] % bucket_count
+        for i, other in enumerate(ids):
+            if self._hash[other] % bucket_count == b:
+                ids.insert(i, key)
+                return
+        ids.insert(0, key)
+
+    def _rehash(self, bucket_count: int) -> None:
+        rehashed: list[str] = []
+        for key in self._ids:
+            self._place(rehashed, key, bucket_count)
+        self._ids = rehashed
+        self.bucket_count = bucket_count
+        self._next_resize = bucket_count
+
+
+def _as_document(doc: Any, i: int) -> np.ndarray:
+    """One document as an int32 array; a clear error for anything else."""
+    name = f"documents[{i}]"
+    if isinstance(doc, (str, bytes, bytearray)) or not (
+            isinstance(doc, (collections.abc.Sequence, np.ndarray))):
+        raise TypeError(f"{name} must be a 1-D sequence of integer token ids (list, tuple, "
+                        f"range or integer array), got {type(doc).__name__}")
+    if isinstance(doc, np.ndarray):
+        arr = doc
+    else:
+        items = list(doc)
+        for t in items:
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                raise TypeError(f"{name} must hold integer token ids, found "
+                                f"{type(t).__name__} {t!r}")
+        try:
+            arr = np.asarray(items, dtype=np.int64) if items else np.zeros(0, np.int64)
+        except OverflowError:
+            raise ValueError(f"{name} holds a token id outside int32 "
+                             f"[{SEPARATOR}, {_INT32_MAX}]") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got an array of shape {arr.shape}")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
+    if arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < SEPARATOR or hi > _INT32_MAX:
+            raise ValueError(f"{name} holds token ids outside int32 [{SEPARATOR}, "
+                             f"{_INT32_MAX}]: min {lo}, max {hi}")
+        if lo == SEPARATOR:
+            raise ValueError(f"{name} holds the token id {SEPARATOR} (INT32_MIN), the document "
+                             "separator; SGLang would silently split the document there")
+    return arr.astype(np.int32, copy=False)
+
+
+def corpus_stream(documents: Iterable[Any]) -> np.ndarray:
+    """The token stream of a corpus: its non-empty documents joined by :data:`SEPARATOR`.
+
+    Empty documents are skipped, as SGLang does.  Raises TypeError / ValueError naming the
+    offending document.
+
+    Examples
+    --------
+    >>> corpus_stream([[1, 2, 3], [], [7, 1]]).tolist()
+    [1, 2, 3, -2147483648, 7, 1]
+    """
+    if isinstance(documents, (str, bytes, bytearray, np.ndarray)) and (
+            not isinstance(documents, np.ndarray) or documents.ndim != 2):
+        raise TypeError("documents must be an iterable of token-id sequences (one per "
+                        f"document), got {type(documents).__name__}"
+                        + (f" of shape {documents.shape}"
+                           if isinstance(documents, np.ndarray) else ""))
+    if not isinstance(documents, collections.abc.Iterable):
+        raise TypeError("documents must be an iterable of token-id sequences, got "
+                        f"{type(documents).__name__}")
+    docs = list(documents)
+    if docs and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in docs):
+        raise TypeError("documents must be a list of documents (token-id sequences), got a "
+                        "flat sequence of ints; wrap one document as [tokens]")
+    parts: list[np.ndarray] = []
+    sep = np.full(1, SEPARATOR, np.int32)
+    for i, doc in enumerate(docs):
+        arr = _as_document(doc, i)
+        if arr.size == 0:
+            continue
+        if parts:
+            parts.append(sep)
+        parts.append(arr)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+
+
+def read_corpus(path: str | os.PathLike, *, tokenizer: Any = None) -> list[list[int]]:
+    """The documents of a JSONL corpus file, read as SGLang reads
+    ``--speculative-ngram-external-corpus-path``: blank lines are skipped, every other line is
+    one document, a JSON string tokenised without special tokens.  ngramspec also accepts a
+    JSON list of token ids per line (no tokenizer needed).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    tokenizer : optional
+        For string lines: an object with ``encode(text, add_special_tokens=False)`` (a Hugging
+        Face tokenizer, e.g. ``AutoTokenizer.from_pretrained(local_dir)``) or a callable
+        ``text -> token ids``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "corpus.jsonl")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write("[1, 2, 3]" + chr(10) + chr(10) + "[7, 1]" + chr(10))
+    >>> read_corpus(path)
+    [[1, 2, 3], [7, 1]]
+    """
+    docs: list[list[int]] = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{os.fspath(path)} line {number}: not JSON ({e.msg})") from None
+            if isinstance(value, str):
+                if tokenizer is None:
+                    raise ValueError(
+                        f"{os.fspath(path)} line {number} is text: pass a tokenizer (the "
+                        "target model's, e.g. a local Hugging Face tokenizer directory), or "
+                        "write each document as a JSON list of token ids")
+                ids = (tokenizer.encode(value, add_special_tokens=False)
+                       if hasattr(tokenizer, "encode") else tokenizer(value))
+                docs.append([int(t) for t in ids])
+            elif isinstance(value, list) and all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in value):
+                docs.append(value)
+            else:
+                raise ValueError(f"{os.fspath(path)} line {number}: a document must be a JSON "
+                                 f"string or a list of integer token ids, got "
+                                 f"{type(value).__name__}")
+    return docs
+
+
+def cache_from_sglang_args(args: Mapping[str, Any], *, tokenizer: Any = None,
+                           backend: str = "numba"):
+    """An :class:`~ngramspec.NgramCache` as an SGLang server with these arguments starts it:
+    :meth:`NgramConfig.from_sglang_args <ngramspec.NgramConfig.from_sglang_args>`, then the
+    ``--speculative-ngram-external-corpus-path`` file, if any, loaded with :func:`read_corpus`
+    under its path as id (the whole file refused if it exceeds the token cap, as SGLang does).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "corpus.jsonl")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write("[1, 2, 3, 9, 9]" + chr(10) + "[7, 1, 2, 5]" + chr(10))
+    >>> cache = cache_from_sglang_args({
+    ...     "speculative_ngram_max_trie_depth": 4, "speculative_num_draft_tokens": 6,
+    ...     "speculative_ngram_max_bfs_breadth": 3,
+    ...     "speculative_ngram_external_sam_budget": 2,
+    ...     "speculative_ngram_external_corpus_path": path})
+    >>> list(cache.corpora().values())
+    [10]
+    """
+    from .cache import NgramCache
+
+    config = NgramConfig.from_sglang_args(args)
+    cache = NgramCache(config=config, backend=backend)
+    path = None
+    for raw, value in args.items():  # named as from_sglang_args accepts it
+        name = str(raw).lstrip("-").replace("-", "_").removeprefix("speculative_")
+        if name.removeprefix("ngram_") == "external_corpus_path":
+            path = value
+    if path:
+        cache.add_corpus(os.fspath(path), read_corpus(path, tokenizer=tokenizer))
+    return cache
+
+
+class Corpora:
+    """The external corpora of one cache: automata, token counts, SGLang's corpus order.
+
+    Not thread-safe by itself: :class:`~ngramspec.NgramCache` calls it under its lock.
+    ``backend`` is ``"reference"`` (Python automata) or ``"numba"`` (flat arrays).
+    """
+
+    def __init__(self, config: NgramConfig, backend: str) -> None:
+        self.config = config
+        self.backend = backend
+        self.order = CorpusOrder()
+        self.automata: dict[str, Any] = {}
+        self.tokens: dict[str, int] = {}
+        #: The trees the last :meth:`match` merged, in merge order: ``("", trie result)`` then
+        #: ``(corpus_id, corpus result)``; each result is ``(tokens, mask)`` for the batch.
+        self.last_parts: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
+        #: Keep :attr:`last_parts` (numba backend: one call per corpus instead of one kernel
+        #: for all; the reference backend always keeps them).
+        self.record_parts = False
+        self._kernel_list = None  # numba backend: the automata as the match kernel takes them
+        self._split = (0, config.budget)  # split() of the automata in _kernel_list
+
+    # Management ------------------------------------------------------------------------
+
+    def add(self, corpus_id: Any, documents: Iterable[Any]) -> int:
+        cfg = self.config
+        if not isinstance(corpus_id, str):
+            raise TypeError(f"corpus_id must be a str, got {type(corpus_id).__name__} "
+                            f"{corpus_id!r}")
+        if not corpus_id:
+            raise ValueError("corpus_id must be a non-empty string")
+        try:
+            corpus_id.encode("utf-8")  # SGLang hashes its UTF-8 bytes
+        except UnicodeEncodeError:
+            raise ValueError(f"corpus_id {corpus_id!r} is not valid Unicode text (it holds a "
+                             "lone surrogate)") from None
+        if cfg.external_sam_budget == 0:
+            raise ValueError("external_sam_budget is 0, so corpora would never be consulted "
+                             "(SGLang loads them and ignores them); create the cache with "
+                             "external_sam_budget > 0 to draft from corpora")
+        stream = corpus_stream(documents)
+        if corpus_id in self.automata:
+            raise ValueError(f"corpus {corpus_id!r} is already loaded; remove it before adding "
+                             "a corpus with the same id")
+        total = int(stream.size)
+        if total == 0:
+            raise ValueError(f"corpus {corpus_id!r} has no tokens (no documents, or only empty "
+                             "ones)")
+        cap = cfg.external_corpus_max_tokens
+        if total > cap:
+            raise ValueError(f"corpus {corpus_id!r} has {total} tokens (separators included), "
+                             f"more than external_corpus_max_tokens ({cap}); nothing loaded "
+                             "(SGLang would load the documents that fit and drop the rest)")
+        left = cap - sum(self.tokens.values())
+        if total > left:
+            raise ValueError(f"corpus {corpus_id!r} has {total} tokens but only {left} of "
+                             f"external_corpus_max_tokens ({cap}) are left by the loaded "
+                             f"corpora; remove one first")
+        automaton = self._build(stream)
+        self.automata[corpus_id] = automaton
+        self.tokens[corpus_id] = total
+        self.order.insert(corpus_id)
+        self._kernel_list = None
+        return total
+
+    def _build(self, stream: np.ndarray):
+        if self.backend == "numba":
+            from .engine.sam import FlatAutomaton
+            return FlatAutomaton.build(stream, prob=self.config.match_type == "PROB")
+        from .reference.sam import SuffixAutomaton
+        return SuffixAutomaton.build(stream.tolist())
+
+    def remove(self, corpus_id: Any) -> None:
+        if not isinstance(corpus_id, str):
+            raise TypeError(f"corpus_id must be a str, got {type(corpus_id).__name__} "
+                            f"{corpus_id!r}")
+        if corpus_id not in self.automata:
+            loaded = ", ".join(repr(c) for c in self.order) or "none"
+            raise KeyError(f"no corpus {corpus_id!r} is loaded (loaded: {loaded})")
+        del self.automata[corpus_id]
+        del self.tokens[corpus_id]
+        self.order.erase(corpus_id)
+        self._kernel_list = None
+
+    def clear(self) -> None:
+        self.automata.clear()
+        self.tokens.clear()
+        self.order.clear()
+        self._kernel_list = None
+
+    def counts(self) -> dict[str, int]:
+        """``{corpus_id: token_count}`` in SGLang's corpus order."""
+        return {cid: self.tokens[cid] for cid in self.order}
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes held by each corpus's automaton (numba backend; 0 for the Python model)."""
+        return {cid: int(self.automata[cid].nbytes()) for cid in self.order}
+
+    # Matching --------------------------------------------------------------------------
+
+    def split(self) -> tuple[int, int]:
+        """``(per-corpus budget, trie budget)`` of SGLang's ``batchMatch`` (§3.6.7)."""
+        if self._kernel_list is not None:  # unchanged since the last match
+            return self._split
+        total = self.config.budget
+        k = len(self.automata)
+        sam_total = min(self.config.external_sam_budget, total) if k else 0
+        per = sam_total // k if k else 0
+        if per == 0:
+            return 0, total
+        return per, total - per * k
+
+    @property
+    def active(self) -> bool:
+        """Whether matches draft from corpora now (a budget of at least 1 per corpus)."""
+        return self.split()[0] > 0
+
+    def match(self, backend, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
+              total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The trie's tree with the reduced budget, then each corpus's merged in, in corpus
+        order; the same shapes as a trie-only match."""
+        cfg = self.config
+        per, trie_budget = self.split()
+        tokens, mask, num = backend.match(contexts, keys, total_lens, budget=trie_budget)
+        if self.backend == "numba" and not self.record_parts:
+            from .engine.sam import automata_list, match_corpora  # loaded: a dict lookup
+            if self._kernel_list is None:
+                self._split = (per, trie_budget)
+                self._kernel_list = automata_list([self.automata[c] for c in self.order])
+            return match_corpora(self._kernel_list, contexts, per, tokens, mask,
+                                 cfg.draft_token_num, max_depth=cfg.trie_depth,
+                                 min_breadth=cfg.min_bfs_breadth,
+                                 max_breadth=cfg.max_bfs_breadth,
+                                 prob=cfg.match_type == "PROB")
+        last = np.fromiter((int(c[-1]) for c in contexts), np.int32, len(contexts))
+        if self.backend == "numba":
+            from .engine import sam as impl
+        else:
+            from .reference import sam as impl  # type: ignore[no-redef]
+        parts = [("", (tokens, mask))]
+        for cid in self.order:
+            own = _draft_batch(self.automata[cid], contexts, per, cfg)
+            parts.append((cid, own))
+            tokens, mask, num = impl.merge_batch(last, cfg.draft_token_num, (tokens, mask), own)
+        self.last_parts = parts
+        return tokens, mask, num
+
+
+def tree_paths(tokens: np.ndarray, mask: np.ndarray) -> set[tuple[int, ...]]:
+    """Token paths (root excluded) of every drafted node of one laid-out tree, padding
+    excluded.
+
+    Examples
+    --------
+    >>> import ngramspec as ns
+    >>> cache = ns.NgramCache(draft_token_num=4, capacity=100)
+    >>> cache.insert([[1, 2, 3]])
+    >>> d = cache.match([[1]])
+    >>> sorted(tree_paths(d.tokens[0], d.mask[0]))
+    [(2,), (2, 3)]
+    """
+    n = len(tokens)
+    paths: list[tuple[int, ...]] = [()]
+    out = set()
+    for i in range(1, n):
+        parent = max(j for j in range(i) if mask[i][j])
+        paths.append(paths[parent] + (int(tokens[i]),))
+    real = {i for i in range(1, n) for j in range(1, n) if j != i and mask[j][i]}
+    for i in range(1, n):
+        # Padding: token 0 under the root with no children (indistinguishable from a real
+        # token-0 leaf, which the merge drops the same way).
+        if not (paths[i] == (0,) and i not in real):
+            out.add(paths[i])
+    return out
+
+
+def _draft_batch(automaton, contexts: Sequence[np.ndarray], budget: int,
+                 cfg: NgramConfig) -> tuple[np.ndarray, np.ndarray]:
+    return automaton.draft_batch(contexts, budget, max_depth=cfg.trie_depth,
+                                 min_breadth=cfg.min_bfs_breadth,
+                                 max_breadth=cfg.max_bfs_breadth,
+                                 prob=cfg.match_type == "PROB")

@@ -1,0 +1,827 @@
+"""External corpora on flat arrays: suffix-automaton build, BFS/PROB corpus trees, the merge.
+
+The Numba twin of :mod:`ngramspec.reference.sam` (spec §3.6), tested equal to it.
+
+An automaton (:class:`FlatAutomaton`) is a handful of arrays, built once per corpus:
+
+- per state ``s``: ``length`` (longest string), ``link`` (suffix link, -1 at the root),
+  ``occ`` (occurrences) and ``off[s]:off[s + 1]``, its range in the edge arrays;
+- per edge, two orders of the same range: ``l_tok``/``l_dst`` sorted by token (lookup by binary
+  search; the separator ``INT32_MIN``, the smallest token, comes first), and
+  ``c_tok``/``c_dst``: the children that drafts use, separator left out, in the order of the
+  cache's match type (BFS: last occurrence descending; PROB: occurrences descending, then
+  token), from the start of the range.
+
+While building, transitions live in edge lists plus an open-addressing hash table keyed by
+``(state, token)``, both dropped once the arrays above are made.  The draft trees keep their
+children in libstdc++ ``unordered_map`` order (the same model as :mod:`ngramspec.engine.tree`,
+kept here on its own so that the corpus kernels do not depend on the trie kernels' bundles).
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import Sequence
+
+import numpy as np
+
+from .._jit import jit
+from ..stdorder import HASHTABLE_BUCKET_COUNTS
+
+__all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "SEPARATOR"]
+
+SEPARATOR = -(2**31)
+_SMALL = 16  # child ranges up to this size are sorted in place
+_BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
+
+
+# Building -------------------------------------------------------------------------------------
+
+@jit
+def _slot(key, mask):
+    # key = state * 2**32 + (token & 0xffffffff) < 2**63; products stay below 2**63.
+    x = (key >> 32) * 0x9E3779B1 ^ (key & 0xFFFFFFFF) * 0x27D4EB2F
+    x ^= x >> 29
+    return x & mask
+
+
+@jit
+def _ht_find(ht_key, ht_val, key):
+    mask = ht_key.size - 1
+    i = _slot(key, mask)
+    while True:
+        k = ht_key[i]
+        if k == key:
+            return ht_val[i]
+        if k == -1:
+            return -1
+        i = (i + 1) & mask
+
+
+@jit
+def _ht_put(ht_key, ht_val, key, val):
+    mask = ht_key.size - 1
+    i = _slot(key, mask)
+    while ht_key[i] != -1:
+        i = (i + 1) & mask
+    ht_key[i] = key
+    ht_val[i] = val
+
+
+@jit
+def _ht_grow(ht_key, ht_val):
+    new_key = np.full(ht_key.size * 2, -1, np.int64)
+    new_val = np.empty(ht_key.size * 2, np.int32)
+    for i in range(ht_key.size):
+        if ht_key[i] != -1:
+            _ht_put(new_key, new_val, ht_key[i], ht_val[i])
+    return new_key, new_val
+
+
+@jit
+def _key(state, token):
+    return np.int64(state) * 4294967296 + (np.int64(token) & 0xFFFFFFFF)
+
+
+@jit
+def _build_kernel(stream, prob):
+    """The automaton of ``stream`` (§3.6.3): online construction, then counts and last ends up
+    the suffix links, then the edge arrays.  ``prob`` chooses the children's order."""
+    n_tok = stream.size
+    cap_s = 2 * n_tok + 2
+    cap_e = 3 * n_tok + 4
+    length = np.zeros(cap_s, np.int32)
+    link = np.full(cap_s, -1, np.int32)
+    occ = np.zeros(cap_s, np.int64)
+    last_end = np.full(cap_s, -1, np.int64)
+    e_head = np.full(cap_s, -1, np.int32)
+    e_tok = np.empty(cap_e, np.int32)
+    e_dst = np.empty(cap_e, np.int32)
+    e_next = np.empty(cap_e, np.int32)
+    size = 16
+    while size < 2 * n_tok:
+        size *= 2
+    ht_key = np.full(size, -1, np.int64)
+    ht_val = np.empty(size, np.int32)
+    n_states = 1
+    n_edges = 0
+    last = 0
+    for i in range(n_tok):
+        t = stream[i]
+        cur = n_states
+        n_states += 1
+        length[cur] = length[last] + 1
+        occ[cur] = 1
+        last_end[cur] = i
+        p = last
+        while p != -1 and _ht_find(ht_key, ht_val, _key(p, t)) == -1:
+            if 2 * (n_edges + 1) > ht_key.size:
+                ht_key, ht_val = _ht_grow(ht_key, ht_val)
+            e_tok[n_edges] = t
+            e_dst[n_edges] = cur
+            e_next[n_edges] = e_head[p]
+            e_head[p] = n_edges
+            _ht_put(ht_key, ht_val, _key(p, t), n_edges)
+            n_edges += 1
+            p = link[p]
+        if p == -1:
+            link[cur] = 0
+        else:
+            q = e_dst[_ht_find(ht_key, ht_val, _key(p, t))]
+            if length[p] + 1 == length[q]:
+                link[cur] = q
+            else:
+                clone = n_states
+                n_states += 1
+                length[clone] = length[p] + 1
+                link[clone] = link[q]
+                last_end[clone] = last_end[q]
+                e = e_head[q]
+                while e != -1:
+                    if 2 * (n_edges + 1) > ht_key.size:
+                        ht_key, ht_val = _ht_grow(ht_key, ht_val)
+                    e_tok[n_edges] = e_tok[e]
+                    e_dst[n_edges] = e_dst[e]
+                    e_next[n_edges] = e_head[clone]
+                    e_head[clone] = n_edges
+                    _ht_put(ht_key, ht_val, _key(clone, e_tok[e]), n_edges)
+                    n_edges += 1
+                    e = e_next[e]
+                while p != -1:
+                    e = _ht_find(ht_key, ht_val, _key(p, t))
+                    if e == -1 or e_dst[e] != q:
+                        break
+                    e_dst[e] = clone
+                    p = link[p]
+                link[q] = clone
+                link[cur] = clone
+        last = cur
+    # Counts and last ends flow up the suffix links, longest states first (counting sort).
+    by_len = np.zeros(n_tok + 2, np.int64)
+    for s in range(n_states):
+        by_len[length[s]] += 1
+    for k in range(1, n_tok + 2):
+        by_len[k] += by_len[k - 1]
+    order = np.empty(n_states, np.int32)
+    for s in range(n_states - 1, -1, -1):
+        by_len[length[s]] -= 1
+        order[by_len[length[s]]] = s
+    for k in range(n_states - 1, 0, -1):
+        s = order[k]
+        up = link[s]
+        occ[up] += occ[s]
+        if last_end[s] > last_end[up]:
+            last_end[up] = last_end[s]
+    # Edge arrays: each state's range sorted by token, then the children in draft order.
+    off = np.zeros(n_states + 1, np.int64)
+    for s in range(n_states):
+        k = 0
+        e = e_head[s]
+        while e != -1:
+            k += 1
+            e = e_next[e]
+        off[s + 1] = off[s] + k
+    l_tok = np.empty(n_edges, np.int32)
+    l_dst = np.empty(n_edges, np.int32)
+    c_tok = np.empty(n_edges, np.int32)
+    c_dst = np.empty(n_edges, np.int32)
+    max_kids = 0
+    for s in range(n_states):
+        lo = off[s]
+        hi = off[s + 1]
+        j = lo
+        e = e_head[s]
+        while e != -1:
+            l_tok[j] = e_tok[e]
+            l_dst[j] = e_dst[e]
+            j += 1
+            e = e_next[e]
+        if hi - lo > _SMALL:
+            idx = np.argsort(l_tok[lo:hi], kind="mergesort")
+            st = l_tok[lo:hi][idx]
+            sd = l_dst[lo:hi][idx]
+            l_tok[lo:hi] = st
+            l_dst[lo:hi] = sd
+        else:  # most states have a few children: insertion sort, no allocation
+            for a in range(lo + 1, hi):
+                t, d = l_tok[a], l_dst[a]
+                j = a - 1
+                while j >= lo and l_tok[j] > t:
+                    l_tok[j + 1] = l_tok[j]
+                    l_dst[j + 1] = l_dst[j]
+                    j -= 1
+                l_tok[j + 1] = t
+                l_dst[j + 1] = d
+        first = lo
+        if hi > lo and l_tok[lo] == SEPARATOR:
+            first = lo + 1
+        nk = hi - first
+        if nk > max_kids:
+            max_kids = nk
+        if nk == 0:
+            continue
+        if nk > _SMALL:
+            keys = np.empty(nk, np.int64)
+            for m in range(nk):
+                d = l_dst[first + m]
+                keys[m] = -occ[d] if prob else -last_end[d]
+            # Stable: equal counts keep the ascending token order of the range.
+            idx = np.argsort(keys, kind="mergesort")
+            for m in range(nk):
+                c_tok[lo + m] = l_tok[first + idx[m]]
+                c_dst[lo + m] = l_dst[first + idx[m]]
+        else:  # stable insertion sort by the key, from the token order
+            for m in range(nk):
+                t, d = l_tok[first + m], l_dst[first + m]
+                key = occ[d] if prob else last_end[d]
+                j = lo + m - 1
+                while j >= lo and (occ[c_dst[j]] if prob else last_end[c_dst[j]]) < key:
+                    c_tok[j + 1] = c_tok[j]
+                    c_dst[j + 1] = c_dst[j]
+                    j -= 1
+                c_tok[j + 1] = t
+                c_dst[j + 1] = d
+    return (off, l_tok, l_dst, c_tok, c_dst, length[:n_states].copy(),
+            link[:n_states].copy(), occ[:n_states].copy(), max_kids)
+
+
+# Matching and drafting ------------------------------------------------------------------------
+
+@jit
+def _lookup(s, t, off, l_tok, l_dst):
+    lo = off[s]
+    hi = off[s + 1]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if l_tok[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < off[s + 1] and l_tok[lo] == t:
+        return l_dst[lo]
+    return -1
+
+
+@jit
+def _n_kids(s, off, l_tok):
+    lo = off[s]
+    hi = off[s + 1]
+    if hi > lo and l_tok[lo] == SEPARATOR:
+        return hi - lo - 1
+    return hi - lo
+
+
+@jit
+def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
+    """§3.6.4: the longest suffix of the last ``max_depth`` tokens found in the corpus, then
+    its suffix links; states with children only.  Returns the anchor count."""
+    s = 0
+    m = 0
+    start = max(0, ctx.size - max_depth)
+    for i in range(start, ctx.size):
+        t = ctx[i]
+        nxt = _lookup(s, t, off, l_tok, l_dst)
+        while s != 0 and nxt == -1:
+            s = link[s]
+            m = min(m, length[s])
+            nxt = _lookup(s, t, off, l_tok, l_dst)
+        if nxt != -1:
+            s = nxt
+            m += 1
+        else:
+            s = 0
+            m = 0
+    count = 0
+    while s > 0 and m > 0:
+        if _n_kids(s, off, l_tok) > 0:
+            a_state[count] = s
+            a_len[count] = m
+            count += 1
+        s = link[s]
+        if s <= 0:
+            break
+        m = min(m, length[s])
+    return count
+
+
+@jit
+def _bucket(token, bucket_count):
+    # (size_t)(int64)token % bucket_count, in signed arithmetic: 2**64 = (2**32)**2.
+    k = np.int64(token)
+    if k >= 0:
+        return k % bucket_count
+    r = np.int64(4294967296) % bucket_count
+    r = (r * r) % bucket_count
+    return (r + k % bucket_count) % bucket_count
+
+
+@jit
+def _place(par, idx, bucket_count, t_tok, t_head, t_next):
+    b = _bucket(t_tok[idx], bucket_count)
+    prev = -1
+    cur = t_head[par]
+    while cur != -1:
+        if _bucket(t_tok[cur], bucket_count) == b:
+            break
+        prev = cur
+        cur = t_next[cur]
+    if cur == -1:
+        t_next[idx] = t_head[par]
+        t_head[par] = idx
+    else:
+        t_next[idx] = cur
+        if prev == -1:
+            t_head[par] = idx
+        else:
+            t_next[prev] = idx
+
+
+@jit
+def _map_insert(par, idx, token, tree, order):
+    """Child ``idx`` with ``token`` under ``par``, in libstdc++ unordered_map order."""
+    t_tok, t_head, t_next, t_cnt, t_bc = tree
+    t_tok[idx] = token
+    t_next[idx] = -1
+    t_head[idx] = -1
+    t_cnt[idx] = 0
+    t_bc[idx] = 1
+    bc = t_bc[par]
+    threshold = 0 if bc == 1 else bc
+    if t_cnt[par] + 1 > threshold:
+        new_bc = bc
+        for c in _BUCKET_COUNTS:
+            if c > bc:
+                new_bc = c
+                break
+        n = 0
+        cur = t_head[par]
+        while cur != -1:
+            order[n] = cur
+            n += 1
+            cur = t_next[cur]
+        t_head[par] = -1
+        for k in range(n):
+            _place(par, order[k], new_bc, t_tok, t_head, t_next)
+        t_bc[par] = new_bc
+        bc = new_bc
+    _place(par, idx, bc, t_tok, t_head, t_next)
+    t_cnt[par] += 1
+
+
+@jit
+def _map_get(par, token, tree):
+    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
+    cur = t_head[par]
+    while cur != -1:
+        if t_tok[cur] == token:
+            return cur
+        cur = t_next[cur]
+    return -1
+
+
+@jit
+def _new_tree(n):
+    tree = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32),
+            np.empty(n, np.int32), np.empty(n, np.int64))
+    return tree
+
+
+@jit
+def _tree_reset(tree):
+    tree[1][0] = -1
+    tree[3][0] = 0
+    tree[4][0] = 1
+
+
+@jit
+def _fill(last_token, n, tree, q_idx, slot_parent, out_tokens, out_mask):
+    """SGLang's ``fillResult``: level order, siblings in map order, padding, ancestor mask."""
+    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
+    out_tokens[0] = last_token
+    slot_parent[0] = -1
+    count = 1
+    head = 0
+    tail = 0
+    cur = t_head[0]
+    while cur != -1:
+        q_idx[tail] = cur
+        slot_parent[tail + 1] = 0
+        tail += 1
+        cur = t_next[cur]
+    while head < tail:
+        idx = q_idx[head]
+        head += 1
+        slot = count
+        out_tokens[slot] = t_tok[idx]
+        count += 1
+        ch = t_head[idx]
+        while ch != -1:
+            q_idx[tail] = ch
+            slot_parent[tail + 1] = slot
+            tail += 1
+            ch = t_next[ch]
+    for i in range(count, n):
+        out_tokens[i] = 0
+        slot_parent[i] = 0
+    out_mask[:, :] = False
+    for i in range(n):
+        p = slot_parent[i]
+        if p != -1:
+            for j in range(p + 1):
+                out_mask[i, j] = out_mask[p, j]
+        out_mask[i, i] = True
+
+
+@jit
+def _bfs(a_state, a_len, count, budget, max_depth, min_b, max_b, off, c_tok, c_dst, l_tok,
+         tree, order, q_par, q_breadth, q_state):
+    """§3.6.5: recency BFS below each anchor; the breadth starts from the matched length."""
+    _tree_reset(tree)
+    mmd = max(1, max_depth - 1)
+    scale = float(max_b - min_b) / mmd
+    cursor = 1
+    qcap = q_par.size
+    for a in range(count):
+        head = 0
+        tail = 1
+        q_par[0] = 0
+        q_breadth[0] = float(mmd - a_len[a]) * scale + float(min_b)
+        q_state[0] = a_state[a]
+        while head < tail and cursor <= budget:
+            par = q_par[head]
+            cb = q_breadth[head]
+            s = q_state[head]
+            head += 1
+            breadth = max(1, int(cb))
+            lo = off[s]
+            nk = _n_kids(s, off, l_tok)
+            for i in range(nk):
+                if i >= breadth or cursor > budget:
+                    break
+                t = c_tok[lo + i]
+                pos = _map_get(par, t, tree)
+                if pos == -1:
+                    pos = cursor
+                    _map_insert(par, pos, t, tree, order)
+                    cursor += 1
+                if tail < qcap:
+                    q_par[tail] = pos
+                    q_breadth[tail] = cb - scale
+                    q_state[tail] = c_dst[lo + i]
+                    tail += 1
+    return cursor - 1
+
+
+@jit
+def _sift_up(h_p, h_par, h_tok, h_state, hole, p, par, tok, state):
+    while hole > 0 and h_p[(hole - 1) // 2] < p:
+        up = (hole - 1) // 2
+        h_p[hole] = h_p[up]
+        h_par[hole] = h_par[up]
+        h_tok[hole] = h_tok[up]
+        h_state[hole] = h_state[up]
+        hole = up
+    h_p[hole] = p
+    h_par[hole] = par
+    h_tok[hole] = tok
+    h_state[hole] = state
+
+
+@jit
+def _pop(h_p, h_par, h_tok, h_state, size):
+    """libstdc++ pop_heap on [0, size) (spec A.2); the top ends at index size - 1."""
+    last = size - 1
+    vp, vpar, vtok, vst = h_p[last], h_par[last], h_tok[last], h_state[last]
+    h_p[last], h_par[last], h_tok[last], h_state[last] = h_p[0], h_par[0], h_tok[0], h_state[0]
+    length = last
+    hole = 0
+    child = 0
+    while child < (length - 1) // 2:
+        child = 2 * (child + 1)
+        if h_p[child] < h_p[child - 1]:
+            child -= 1
+        h_p[hole], h_par[hole] = h_p[child], h_par[child]
+        h_tok[hole], h_state[hole] = h_tok[child], h_state[child]
+        hole = child
+    if length % 2 == 0 and child == (length - 2) // 2:
+        child = 2 * (child + 1)
+        h_p[hole], h_par[hole] = h_p[child - 1], h_par[child - 1]
+        h_tok[hole], h_state[hole] = h_tok[child - 1], h_state[child - 1]
+        hole = child - 1
+    _sift_up(h_p, h_par, h_tok, h_state, hole, vp, vpar, vtok, vst)
+
+
+@jit
+def _prob_add(par, s, prob, top_k, off, c_tok, c_dst, l_tok, occ, h_p, h_par, h_tok, h_state,
+              size):
+    lo = off[s]
+    take = min(top_k, _n_kids(s, off, l_tok))
+    if take == 0:
+        return size
+    total = 0.0
+    for j in range(take):
+        total += float(occ[c_dst[lo + j]])
+    for j in range(take):
+        if size < h_p.size:
+            c = c_dst[lo + j]
+            _sift_up(h_p, h_par, h_tok, h_state, size, float(occ[c]) / total * prob, par,
+                     c_tok[lo + j], c)
+            size += 1
+    return size
+
+
+@jit
+def _prob(a_state, count, budget, top_k, off, c_tok, c_dst, l_tok, occ, tree, order, h_p, h_par,
+          h_tok, h_state):
+    """§3.6.6: best-first by path probability (exact continuation counts), libstdc++ ties."""
+    _tree_reset(tree)
+    size = 0
+    cursor = 1
+    for a in range(count):
+        size = _prob_add(0, a_state[a], 1.0, top_k, off, c_tok, c_dst, l_tok, occ, h_p, h_par,
+                         h_tok, h_state, size)
+        while size > 0 and cursor <= budget:
+            _pop(h_p, h_par, h_tok, h_state, size)
+            size -= 1
+            p, par, t, s = h_p[size], h_par[size], h_tok[size], h_state[size]
+            pos = _map_get(par, t, tree)
+            if pos == -1:
+                pos = cursor
+                cursor += 1
+                _map_insert(par, pos, t, tree, order)
+            size = _prob_add(pos, s, p, top_k, off, c_tok, c_dst, l_tok, occ, h_p, h_par,
+                             h_tok, h_state, size)
+    return cursor - 1
+
+
+@jit
+def _draft_kernel(flat, offsets, budget, max_depth, min_b, max_b, prob, off, l_tok, l_dst,
+                  c_tok, c_dst, length, link, occ, max_kids, out_tokens, out_mask):
+    """Each context's corpus tree of ``budget`` nodes, laid out into ``budget + 1`` slots."""
+    n = budget + 1
+    tree = _new_tree(n)
+    order = np.empty(n + 1, np.int32)
+    slot_parent = np.empty(n, np.int32)
+    a_state = np.empty(max_depth + 1, np.int32)
+    a_len = np.empty(max_depth + 1, np.int32)
+    q_par = np.empty(n + 1, np.int32)
+    q_breadth = np.empty(n + 1, np.float64)
+    q_state = np.empty(n + 1, np.int32)
+    top_k = min(max_b, max(1, max_kids))
+    heap_cap = top_k * (max_depth + 1) * (2 * n + 2) + 1
+    h_p = np.empty(heap_cap if prob else 1, np.float64)
+    h_par = np.empty(h_p.size, np.int32)
+    h_tok = np.empty(h_p.size, np.int32)
+    h_state = np.empty(h_p.size, np.int32)
+    for b in range(offsets.size - 1):
+        ctx = flat[offsets[b]:offsets[b + 1]]
+        count = _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len)
+        if prob:
+            _prob(a_state, count, budget, max_b, off, c_tok, c_dst, l_tok, occ, tree, order,
+                  h_p, h_par, h_tok, h_state)
+        else:
+            _bfs(a_state, a_len, count, budget, max_depth, min_b, max_b, off, c_tok, c_dst,
+                 l_tok, tree, order, q_par, q_breadth, q_state)
+        _fill(ctx[ctx.size - 1], n, tree, order, slot_parent, out_tokens[b], out_mask[b])
+
+
+# The merge --------------------------------------------------------------------------------------
+
+@jit
+def _insert_leaf_paths(tokens, mask, tree, order, parent, is_parent, path, cursor, n):
+    """Insert the leaf paths of one laid-out tree (§3.6.8); returns the new cursor."""
+    m = tokens.size
+    if m <= 1:
+        return cursor
+    for i in range(m):
+        is_parent[i] = False
+    parent[0] = -1
+    for i in range(1, m):
+        j = i - 1
+        while not mask[i, j]:
+            j -= 1
+        parent[i] = j
+        is_parent[j] = True
+    for i in range(1, m):
+        if is_parent[i] or cursor >= n:
+            continue
+        k = 0
+        j = i
+        while j > 0:
+            path[k] = tokens[j]
+            k += 1
+            j = parent[j]
+        if k == 1 and path[0] == 0:
+            continue  # padding, or a real depth-1 token-0 leaf: dropped as SGLang does
+        par = 0
+        for r in range(k - 1, -1, -1):
+            t = path[r]
+            pos = _map_get(par, t, tree)
+            if pos != -1:
+                par = pos
+                continue
+            if cursor >= n:
+                break
+            _map_insert(par, cursor, t, tree, order)
+            par = cursor
+            cursor += 1
+    return cursor
+
+
+@jit
+def _merge_kernel(last_tokens, n, p_tokens, p_mask, s_tokens, s_mask, out_tokens, out_mask,
+                  out_num):
+    """SGLang's ``combineRootResults_`` per request: primary's leaf paths, then secondary's,
+    into one fresh tree of ``n`` slots, laid out again."""
+    tree = _new_tree(n)
+    order = np.empty(n + 1, np.int32)
+    slot_parent = np.empty(n, np.int32)
+    m = max(p_tokens.shape[1], s_tokens.shape[1])
+    parent = np.empty(m, np.int32)
+    is_parent = np.empty(m, np.bool_)
+    path = np.empty(m, np.int32)
+    for b in range(last_tokens.size):
+        _tree_reset(tree)
+        cursor = _insert_leaf_paths(p_tokens[b], p_mask[b], tree, order, parent, is_parent, path,
+                                    1, n)
+        cursor = _insert_leaf_paths(s_tokens[b], s_mask[b], tree, order, parent, is_parent, path,
+                                    cursor, n)
+        _fill(last_tokens[b], n, tree, order, slot_parent, out_tokens[b], out_mask[b])
+        out_num[b] = cursor - 1
+
+
+@jit
+def _match_kernel(flat, offsets, automata, per, n, max_depth, min_b, max_b, prob, p_tokens,
+                  p_mask):
+    """Every corpus's tree (``per`` nodes each), merged in list order into the trie's
+    (``p_tokens``/``p_mask``) for each request: SGLang's ``batchMatch`` after the trie part.
+    Returns tokens ``(B, n)``, masks and node counts."""
+    out_tokens = np.empty((offsets.size - 1, n), np.int32)
+    out_mask = np.empty((offsets.size - 1, n, n), np.bool_)
+    out_num = np.empty(offsets.size - 1, np.int32)
+    m = per + 1
+    # Scratch: one corpus tree (m slots) and the merged tree (n slots).
+    c_tree = _new_tree(m)
+    c_order = np.empty(m + 1, np.int32)
+    c_parent = np.empty(m, np.int32)
+    c_tokens = np.empty(m, np.int32)
+    c_mask = np.empty((m, m), np.bool_)
+    tree = _new_tree(n)
+    order = np.empty(n + 1, np.int32)
+    slot_parent = np.empty(n, np.int32)
+    big = max(n, p_tokens.shape[1])
+    parent = np.empty(big, np.int32)
+    is_parent = np.empty(big, np.bool_)
+    path = np.empty(big, np.int32)
+    a_state = np.empty(max_depth + 1, np.int32)
+    a_len = np.empty(max_depth + 1, np.int32)
+    q_par = np.empty(m + 1, np.int32)
+    q_breadth = np.empty(m + 1, np.float64)
+    q_state = np.empty(m + 1, np.int32)
+    kids = 1
+    for k in range(len(automata)):
+        kids = max(kids, automata[k][8])
+    top_k = min(max_b, kids)
+    heap_cap = top_k * (max_depth + 1) * (2 * m + 2) + 1 if prob else 1
+    h_p = np.empty(heap_cap, np.float64)
+    h_par = np.empty(heap_cap, np.int32)
+    h_tok = np.empty(heap_cap, np.int32)
+    h_state = np.empty(heap_cap, np.int32)
+    for b in range(offsets.size - 1):
+        ctx = flat[offsets[b]:offsets[b + 1]]
+        last = ctx[ctx.size - 1]
+        first = True
+        cursor = 1
+        for k in range(len(automata)):
+            off, l_tok, l_dst, c_tok, c_dst, length, link, occ, _ = automata[k]
+            count = _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len)
+            if prob:
+                _prob(a_state, count, per, max_b, off, c_tok, c_dst, l_tok, occ, c_tree, c_order,
+                      h_p, h_par, h_tok, h_state)
+            else:
+                _bfs(a_state, a_len, count, per, max_depth, min_b, max_b, off, c_tok, c_dst,
+                     l_tok, c_tree, c_order, q_par, q_breadth, q_state)
+            _fill(last, m, c_tree, c_order, c_parent, c_tokens, c_mask)
+            # The merge reads both trees before it writes the row, so the row can be primary.
+            _tree_reset(tree)
+            if first:
+                cursor = _insert_leaf_paths(p_tokens[b], p_mask[b], tree, order, parent,
+                                            is_parent, path, 1, n)
+            else:
+                cursor = _insert_leaf_paths(out_tokens[b], out_mask[b], tree, order, parent,
+                                            is_parent, path, 1, n)
+            cursor = _insert_leaf_paths(c_tokens, c_mask, tree, order, parent, is_parent, path,
+                                        cursor, n)
+            _fill(last, n, tree, order, slot_parent, out_tokens[b], out_mask[b])
+            first = False
+        out_num[b] = cursor - 1
+    return out_tokens, out_mask, out_num
+
+
+def match_corpora(automata, contexts: Sequence[np.ndarray], per: int, trie_tokens: np.ndarray,
+                  trie_mask: np.ndarray, n: int, *, max_depth: int, min_breadth: int,
+                  max_breadth: int, prob: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One kernel call for a batch: every automaton of ``automata`` (a list from
+    :func:`automata_list`, in merge order) drafts ``per`` nodes and is merged in turn into the
+    trie's result (C-contiguous ``trie_tokens``/``trie_mask``).  Tokens ``(B, n)``, masks and
+    node counts."""
+    if len(contexts) == 1:  # the common serving case, without list arithmetic
+        flat = np.ascontiguousarray(contexts[0])
+        offsets = np.array([0, flat.size], np.int64)
+    else:
+        flat = np.concatenate(contexts)
+        offsets = np.fromiter(accumulate((c.size for c in contexts), initial=0), np.int64,
+                              len(contexts) + 1)
+    return _match_kernel(flat, offsets, automata, per, n, max_depth, min_breadth, max_breadth,
+                         bool(prob), trie_tokens, trie_mask)
+
+
+def automata_list(automata: Sequence["FlatAutomaton"]):
+    """The automata's arrays as the list the match kernel takes (a typed list under Numba)."""
+    import numba
+
+    items = [a.arrays() for a in automata]
+    if numba.config.DISABLE_JIT:
+        return items
+    typed = numba.typed.List()
+    for item in items:
+        typed.append(item)
+    return typed
+
+
+def merge_batch(last_tokens: np.ndarray, n: int, primary: tuple[np.ndarray, np.ndarray],
+                secondary: tuple[np.ndarray, np.ndarray],
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The merge (§3.6.8) of each request's primary and secondary trees into ``n`` slots:
+    tokens ``(B, n)``, masks and node counts."""
+    count = last_tokens.size
+    tokens = np.empty((count, n), np.int32)
+    mask = np.empty((count, n, n), np.bool_)
+    num = np.empty(count, np.int32)
+    _merge_kernel(last_tokens, n, primary[0], primary[1], secondary[0], secondary[1], tokens,
+                  mask, num)
+    return tokens, mask, num
+
+
+class FlatAutomaton:
+    """One corpus's suffix automaton on flat arrays (see the module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sam = FlatAutomaton.build(np.array([5, 6, 5, 7, 5, 6, 5, 6], np.int32), prob=True)
+    >>> tokens, mask = sam.draft_batch([np.array([5], np.int32)], 4, max_depth=4,
+    ...                                min_breadth=1, max_breadth=2, prob=True)
+    >>> tokens.tolist()
+    [[5, 6, 5, 7, 6]]
+    """
+
+    __slots__ = ("off", "l_tok", "l_dst", "c_tok", "c_dst", "length", "link", "occ", "max_kids",
+                 "prob")
+
+    def __init__(self, arrays: tuple, prob: bool) -> None:
+        (self.off, self.l_tok, self.l_dst, self.c_tok, self.c_dst, self.length, self.link,
+         self.occ, max_kids) = arrays
+        self.max_kids = int(max_kids)
+        self.prob = bool(prob)
+
+    @classmethod
+    def build(cls, stream: np.ndarray, *, prob: bool) -> "FlatAutomaton":
+        """The automaton of an int32 token stream; ``prob`` orders children for PROB
+        (occurrences) instead of BFS (last occurrence)."""
+        return cls(_build_kernel(np.ascontiguousarray(stream, dtype=np.int32), bool(prob)),
+                   prob)
+
+    def arrays(self) -> tuple:
+        """The arrays (and the largest child count) in kernel argument order."""
+        return (self.off, self.l_tok, self.l_dst, self.c_tok, self.c_dst, self.length,
+                self.link, self.occ, np.int64(self.max_kids))
+
+    @property
+    def n_states(self) -> int:
+        return int(self.length.size)
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays."""
+        return int(sum(a.nbytes for a in (self.off, self.l_tok, self.l_dst, self.c_tok,
+                                          self.c_dst, self.length, self.link, self.occ)))
+
+    def draft_batch(self, contexts: Sequence[np.ndarray], budget: int, *, max_depth: int,
+                    min_breadth: int, max_breadth: int,
+                    prob: bool) -> tuple[np.ndarray, np.ndarray]:
+        """This corpus's tree for each context: tokens ``(B, budget + 1)`` and masks."""
+        if bool(prob) != self.prob:
+            raise ValueError("this automaton orders its children for "
+                             f"{'PROB' if self.prob else 'BFS'}")
+        count = len(contexts)
+        offsets = np.zeros(count + 1, np.int64)
+        np.cumsum([c.size for c in contexts], out=offsets[1:])
+        flat = (np.concatenate(contexts) if count else np.zeros(0, np.int32)).astype(
+            np.int32, copy=False)
+        n = budget + 1
+        tokens = np.empty((count, n), np.int32)
+        mask = np.empty((count, n, n), np.bool_)
+        _draft_kernel(flat, offsets, budget, max_depth, min_breadth, max_breadth, bool(prob),
+                      self.off, self.l_tok, self.l_dst, self.c_tok, self.c_dst, self.length,
+                      self.link, self.occ, self.max_kids, tokens, mask)
+        return tokens, mask
