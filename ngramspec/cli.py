@@ -4,7 +4,9 @@
 with the package) and prints tokens per verify step, acceptance by depth and, with a cost
 table or model, the predicted serving speed-up at each concurrency level and a verdict.
 ``sweep`` does that over a grid of settings in parallel processes and ranks them.
-``calibrate`` measures a cost table for a transformers model on this machine.  Run
+``calibrate`` measures a cost table for a transformers model on this machine.  ``streams
+import`` turns chat logs (through the model's chat template) or token-id logs into stream
+files.  ``--preset`` and ``--config FILE.toml`` give a starting configuration.  Run
 ``ngramspec simulate --help`` for every option.  Errors are one line on stderr (exit 2), never
 a traceback.
 """
@@ -18,11 +20,12 @@ import json
 import os
 import sys
 import time
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Sequence, TextIO
 
 from . import config as config_module
-from .config import MATCH_TYPES, PROFILES, NgramConfig
+from .config import MATCH_TYPES, PRESETS, PROFILES, NgramConfig, toml_options
 from .costmodel import CostModel
 from .costs import (CostTable, ServingPrediction, parse_concurrency, predict_serving, schedule,
                     verdict)
@@ -115,6 +118,13 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     p.add_argument("streams", nargs="*", metavar="STREAMS",
                    help="recorded streams: .jsonl, .jsonl.gz or .parquet files with fields id, "
                         "prompt_ids, output_ids (default: the corpus shipped with ngramspec)")
+    pc = p.add_argument_group("starting point (flags below override it)")
+    pc.add_argument("--preset", metavar="NAME",
+                    help=f"named settings: {', '.join(PRESETS)} (default: sglang, SGLang's "
+                         "server defaults)")
+    pc.add_argument("--config", metavar="FILE.toml",
+                    help="NgramConfig fields from a TOML file (e.g. written by sweep "
+                         "--best-as toml); over the preset, under the flags")
     g = p.add_argument_group("drafter settings (NgramConfig; SGLang's server defaults)"
                              + ("; comma lists make the grid" if grid else ""))
     for f in _config_fields():
@@ -160,7 +170,7 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ngramspec", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True,
-                            metavar="{simulate,sweep,calibrate}")
+                            metavar="{simulate,sweep,calibrate,streams}")
     sim = sub.add_parser("simulate", help="replay SGLang's serving loop on recorded streams",
                          description="Replay SGLang's NGRAM serving loop on recorded streams, "
                                      "report tokens per verify step and, with a cost table or "
@@ -185,9 +195,50 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                     help="parallel processes (default: CPU count)")
     sw.add_argument("--top", type=int, metavar="K", help="print only the best K settings")
+    sw.add_argument("--holdout", type=float, metavar="FRACTION",
+                    help="rank on one part of the requests and report the winner on the rest: "
+                         "this share of them (e.g. 0.25), chosen by a hash of each id, is held "
+                         "out; both parts keep file order")
+    sw.add_argument("--holdout-by", metavar="FIELD=VALUE[,VALUE]",
+                    help="hold out the requests whose metadata FIELD is one of the VALUEs "
+                         "(e.g. day=2025-06-02 or tenant=b,c); rank on the others")
+    sw.add_argument("--best-as", choices=["sglang", "toml"], default=None,
+                    help="print the winner as SGLang server flags (SGLang-exact settings "
+                         "only) or as a TOML file for --config")
     sw.add_argument("--plot", metavar="PATH.png",
                     help="plot tokens/step and speed-up against draft_token_num, or against "
                          "concurrency when several levels are given (matplotlib)")
+    st = sub.add_parser("streams", help="make stream files from traffic logs",
+                        description="Make stream files from traffic logs.")
+    st_sub = st.add_subparsers(dest="streams_command", required=True, metavar="{import}")
+    imp = st_sub.add_parser(
+        "import", help="chat logs or token-id logs to a stream file",
+        description="Convert chat logs (through the model's own chat template, from a local "
+                    "tokenizer directory) or logs with token ids into a stream file for "
+                    "simulate and sweep: one stream per assistant message.  Records that "
+                    "cannot be imported are skipped and reported (file, line, field).")
+    imp.add_argument("files", nargs="+", metavar="FILE",
+                     help="JSON Lines (.gz too) or JSON files; for hf-dataset also .arrow, "
+                          ".parquet or a directory saved with save_to_disk")
+    imp.add_argument("--format", required=True, metavar="FORMAT",
+                     help="openai-chat, sharegpt, hf-dataset or token-ids")
+    imp.add_argument("--out", required=True, metavar="OUT.jsonl.gz",
+                     help="the stream file to write (written whole or not at all)")
+    imp.add_argument("--tokenizer", metavar="DIR",
+                     help="local Hugging Face tokenizer directory with a chat template (text "
+                          "formats; needs transformers: pip install 'ngramspec[import]')")
+    imp.add_argument("--chat-template", metavar="FILE",
+                     help="a Jinja chat template to use instead of the tokenizer's")
+    imp.add_argument("--field", action="append", default=[], metavar="NAME=PATH",
+                     help="token-ids: where prompt_ids, output_ids or id are, as a dotted path "
+                          "(e.g. output_ids=outputs.0.token_ids); repeatable")
+    imp.add_argument("--strict", action="store_true",
+                     help="stop at the first record that cannot be imported (default: skip "
+                          "it and report it)")
+    imp.add_argument("--show-errors", type=int, default=20, metavar="N",
+                     help="print the first N skipped records (default 20)")
+    imp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="progress bar on stderr (default: when stderr is a terminal)")
     cal = sub.add_parser("calibrate", help="measure a cost table for a transformers model",
                          description="Measure forward times of a transformers causal LM on "
                                      "this machine (KV cache of --context tokens per request, "
@@ -383,8 +434,38 @@ def _config_options(args: argparse.Namespace) -> dict[str, Any]:
             for f in _config_fields() if getattr(args, f.name) is not None}
 
 
+def _base_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of --preset, then those of --config over them (flags go on top)."""
+    options: dict[str, Any] = {}
+    if args.preset is not None:
+        if args.preset not in PRESETS:
+            raise ValueError(f"--preset: unknown preset {args.preset!r}; presets: "
+                             f"{', '.join(PRESETS)}")
+        options.update(NgramConfig.preset_options(args.preset))
+    if args.config is not None:
+        from pathlib import Path
+        options.update(toml_options(Path(args.config))[0])
+    return options
+
+
+def _layers(args: argparse.Namespace) -> str:
+    given = [f"--preset {args.preset}" if args.preset else "",
+             f"--config {args.config}" if args.config else ""]
+    return ", then ".join([g for g in given if g] + ["flags"])
+
+
+def _make_config(base: dict[str, Any], options: dict[str, Any],
+                 args: argparse.Namespace) -> NgramConfig:
+    try:
+        return NgramConfig(**{**base, **options})
+    except (TypeError, ValueError) as e:
+        if args.preset is None and args.config is None:
+            raise
+        raise type(e)(f"{e} (settings from {_layers(args)})") from None
+
+
 def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
-    config = NgramConfig(**_config_options(args))
+    config = _make_config(_base_options(args), _config_options(args), args)
     cost = _cost_model(args)
     if args.plot and cost is None:
         raise ValueError("--plot draws the predicted speed-up: give a cost (--cost-table, or "
@@ -486,19 +567,20 @@ def _pyplot():
 
 # --- sweep --------------------------------------------------------------------------------
 
-_WORKER_ROWS: list[dict] = []
+_WORKER_ROWS: dict[str, list[dict]] = {}
 
 
-def _init_worker(rows: list[dict]) -> None:
-    _WORKER_ROWS[:] = rows
+def _init_worker(parts: dict[str, list[dict]]) -> None:
+    _WORKER_ROWS.clear()
+    _WORKER_ROWS.update(parts)
 
 
 def _run_one(job: tuple) -> dict:
-    options, asked, concurrency, backend, cost, draft_ms = job
-    r = simulate(_WORKER_ROWS, config=NgramConfig(**options), concurrency=concurrency,
-                 backend=backend)
+    options, asked, concurrency, backend, cost, draft_ms, base, part = job
+    r = simulate(_WORKER_ROWS[part], config=NgramConfig(**{**base, **options}),
+                 concurrency=concurrency, backend=backend)
     s = r.summary
-    out = dict(options=options, concurrency=asked, tokens_per_step=s.tokens_per_step,
+    out = dict(options=options, concurrency=asked, part=part, tokens_per_step=s.tokens_per_step,
                draft_nodes_per_step=s.draft_nodes_per_step,
                share_steps_with_draft=s.share_steps_with_draft,
                acceptance_by_depth=s.acceptance_by_depth,
@@ -513,6 +595,64 @@ def _run_one(job: tuple) -> dict:
     return out
 
 
+def holdout_split(rows: list[dict], *, fraction: float | None = None,
+                  by: str | None = None) -> tuple[list[dict], list[dict], str]:
+    """Split requests into a tuning part and a hold-out part, deterministically.
+
+    ``fraction``: the ``round(fraction * n)`` requests with the smallest CRC-32 of their id
+    (as JSON text; ties by position) are held out, so the split depends on the ids alone,
+    not on the file order or on the other requests.  ``by="FIELD=V1,V2"``: the requests whose
+    ``str(record[FIELD])`` is one of the values are held out (a split by tenant, day, ...).
+    Both parts keep file order; each is replayed from an empty cache.  Returns
+    ``(tune, holdout, description)``.
+
+    Examples
+    --------
+    >>> rows = [{"id": i, "day": "mon" if i < 3 else "tue"} for i in range(5)]
+    >>> tune, hold, what = holdout_split(rows, by="day=tue")
+    >>> [r["id"] for r in tune], [r["id"] for r in hold], what
+    ([0, 1, 2], [3, 4], 'day in {tue}: 2 of 5 requests')
+    """
+    n = len(rows)
+    if (fraction is None) == (by is None):
+        raise ValueError("give one of --holdout FRACTION and --holdout-by FIELD=VALUE")
+    if fraction is not None:
+        if not 0 < fraction < 1:
+            raise ValueError(f"--holdout must be a fraction strictly between 0 and 1, got "
+                             f"{fraction}")
+        k = round(fraction * n)
+        if not 1 <= k <= n - 1:
+            left = "no" if k < 1 else "every"
+            raise ValueError(f"--holdout {fraction} of {n} requests leaves {left} request held "
+                             "out; both parts need at least one")
+        order = sorted(range(n), key=lambda i: (zlib.crc32(
+            json.dumps(rows[i]["id"]).encode("utf-8")), i))
+        held = set(order[:k])
+        what = f"{fraction:g} of the requests by a hash of their id: {k} of {n}"
+    else:
+        assert by is not None
+        field, sep, values = by.partition("=")
+        field = field.strip()
+        wanted = {v.strip() for v in values.split(",")}
+        if not sep or not field or "" in wanted:
+            raise ValueError(f"--holdout-by must be FIELD=VALUE[,VALUE...], got {by!r}")
+        if not any(field in r for r in rows):
+            raise ValueError(f"--holdout-by: no request has the field {field!r}")
+        held = {i for i, r in enumerate(rows) if field in r and str(r[field]) in wanted}
+        if not held:
+            seen = sorted({str(r[field]) for r in rows if field in r})
+            raise ValueError(f"--holdout-by: no request has {field} in "
+                             f"{{{', '.join(sorted(wanted))}}}; its values: "
+                             f"{', '.join(seen[:10])}{' ...' if len(seen) > 10 else ''}")
+        if len(held) == n:
+            raise ValueError(f"--holdout-by {by}: every request would be held out; nothing is "
+                             "left to rank on")
+        what = f"{field} in {{{', '.join(sorted(wanted))}}}: {len(held)} of {n} requests"
+    tune = [r for i, r in enumerate(rows) if i not in held]
+    hold = [r for i, r in enumerate(rows) if i in held]
+    return tune, hold, what
+
+
 def _parse_list(name: str, text: str, kind: Any) -> list:
     items = text.split(",")
     if any(not i.strip() for i in items):
@@ -520,7 +660,7 @@ def _parse_list(name: str, text: str, kind: Any) -> list:
     return [_parse_value(name, i, kind) for i in items]
 
 
-def _grid(args: argparse.Namespace) -> list[dict]:
+def _grid(args: argparse.Namespace, base: dict[str, Any]) -> list[dict]:
     axes: dict[str, list] = {}
     for f in _config_fields():
         text = getattr(args, f.name)
@@ -529,12 +669,21 @@ def _grid(args: argparse.Namespace) -> list[dict]:
     grid = []
     for combo in itertools.product(*axes.values()):
         options = dict(zip(axes, combo))
-        NgramConfig(**options)  # validate every point before running any
+        cfg = _make_config(base, options, args)  # validate every point before running any
+        if args.best_as == "sglang":
+            try:
+                cfg.to_sglang_args()
+            except ValueError as e:
+                raise ValueError(f"--best-as sglang: {e} (in the setting "
+                                 f"{_options_label(options, []) if options else 'given'})"
+                                 ) from None
         grid.append(options)
     return grid
 
 
 def _options_label(options: dict, rows: list[dict]) -> str:
+    if not rows:
+        return ", ".join(f"{k}={v}" for k, v in options.items())
     varied = [k for k in sorted({k for r in rows for k in r["options"]})
               if len({r["options"].get(k) for r in rows}) > 1]
     return ", ".join(f"{k}={options.get(k)}" for k in varied) or "default settings"
@@ -580,31 +729,47 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     if args.top is not None and args.top < 1:
         raise ValueError(f"--top must be >= 1, got {args.top}")
+    if args.holdout is not None and args.holdout_by is not None:
+        raise ValueError("give --holdout or --holdout-by, not both")
     cost = _cost_model(args)
-    grid = _grid(args)
+    base = _base_options(args)
+    grid = _grid(args, base)
     conc = parse_concurrency(args.concurrency)
-    rows, label = _load(args)
+    all_rows, label = _load(args)
+    holdout = args.holdout is not None or args.holdout_by is not None
+    if holdout:
+        rows, held, split = holdout_split(all_rows, fraction=args.holdout, by=args.holdout_by)
+        parts = {"tune": rows, "holdout": held}
+    else:
+        rows, held, split = all_rows, [], ""
+        parts = {"all": rows}
     levels = [(c, min(c, len(rows))) for c in conc]
-    jobs = [(options, asked, c, args.backend, cost, args.draft_ms)
-            for options in grid for asked, c in levels]
+    jobs = [(options, asked, min(asked, len(part_rows)), args.backend, cost, args.draft_ms,
+             base, part)
+            for part, part_rows in parts.items() for options in grid for asked in conc]
     bar = ProgressBar("sweep", force=args.progress, delay=0.0)
-    results: list[dict] = []
+    done: list[dict] = []
     t0 = time.perf_counter()
     try:
         if args.jobs == 1 or len(jobs) == 1:
-            _init_worker(rows)
+            _init_worker(parts)
             for job in jobs:
-                results.append(_run_one(job))
-                bar(len(results), len(jobs))
+                done.append(_run_one(job))
+                bar(len(done), len(jobs))
         else:
             with ProcessPoolExecutor(max_workers=min(args.jobs, len(jobs)),
-                                     initializer=_init_worker, initargs=(rows,)) as pool:
+                                     initializer=_init_worker, initargs=(parts,)) as pool:
                 for res in pool.map(_run_one, jobs):
-                    results.append(res)
-                    bar(len(results), len(jobs))
+                    done.append(res)
+                    bar(len(done), len(jobs))
     finally:
         bar.close()
     key = "speedup" if cost is not None else "tokens_per_step"
+    results = [r for r in done if r["part"] != "holdout"]
+    if holdout:
+        # Each hold-out figure beside the same setting's tuning figure (same job order).
+        for r, h in zip(results, [r for r in done if r["part"] == "holdout"]):
+            r["holdout"] = {k: v for k, v in h.items() if k not in ("options", "concurrency")}
     by_config: dict[str, list[dict]] = {}
     for r in results:
         by_config.setdefault(_options_label(r["options"], results), []).append(r)
@@ -613,22 +778,44 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     names = sorted({k for r in results for k in r["options"]})
     if len(conc) > 1:
         names.append("concurrency")
-    out.write(f"ngramspec sweep: {len(results)} settings on {len(rows)} requests from {label} "
+    ranked_on = (f"ranked on {len(rows)} of {len(all_rows)} requests from {label} "
+                 f"(hold-out: {split})" if holdout else
+                 f"on {len(rows)} requests from {label}")
+    out.write(f"ngramspec sweep: {len(results)} settings {ranked_on} "
               f"({time.perf_counter() - t0:.1f} s, {args.jobs} jobs); ranked by "
               f"{'predicted speed-up' if cost else 'tokens per verify step'}\n\n")
-    cols = ["rank"] + names + ["tokens/step", "drafts/step", "steps with a draft"]
+    cols = ["rank"] + names + ["tokens/step"] + (["hold-out tokens/step"] if holdout else []) + [
+        "drafts/step", "steps with a draft"]
     if cost is not None:
-        cols += ["speed-up", "tok/s with", "tok/s without"]
+        cols += ["speed-up"] + (["hold-out speed-up"] if holdout else []) + [
+            "tok/s with", "tok/s without"]
     table = []
     for i, r in enumerate(shown, 1):
         cells = [str(i)] + [str(r["options"].get(n, r.get(n, "-"))) for n in names]
-        cells += [f"{r['tokens_per_step']:.3f}", f"{r['draft_nodes_per_step']:.2f}",
-                  _pct(r["share_steps_with_draft"])]
+        cells += [f"{r['tokens_per_step']:.3f}"]
+        if holdout:
+            cells += [f"{r['holdout']['tokens_per_step']:.3f}"]
+        cells += [f"{r['draft_nodes_per_step']:.2f}", _pct(r["share_steps_with_draft"])]
         if cost is not None:
-            cells += [f"{r['speedup']:.2f}x", f"{r['speculative_tokens_per_s']:,.1f}",
+            cells += [f"{r['speedup']:.2f}x"]
+            if holdout:
+                cells += [f"{r['holdout']['speedup']:.2f}x"]
+            cells += [f"{r['speculative_tokens_per_s']:,.1f}",
                       f"{r['baseline_tokens_per_s']:,.1f}"]
         table.append(cells)
     out.write("\n".join(_table(cols, table)) + "\n")
+    if holdout:
+        best = results[0]
+        on_hold = sorted(results, key=lambda r: -r["holdout"][key])
+        rank = next(i for i, r in enumerate(on_hold, 1) if r is best)
+        what = "speed-up" if cost is not None else "tokens/step"
+        fmt = (lambda x: f"{x:.2f}x") if cost is not None else (lambda x: f"{x:.3f}")
+        out.write(f"winner on the tuning part ({len(rows)} requests): "
+                  f"{_options_label(best['options'], results)}"
+                  f"{' at concurrency ' + str(best['concurrency']) if len(conc) > 1 else ''}; "
+                  f"on the hold-out part ({len(held)} requests) its {what} is "
+                  f"{fmt(best['holdout'][key])} (tuning: {fmt(best[key])}), rank {rank} of "
+                  f"{len(results)} there\n")
     if any(asked != c for asked, c in levels):
         out.write(f"(concurrency above {len(rows)} requests runs at {len(rows)})\n")
     if cost is not None:
@@ -646,6 +833,7 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
             json.dump({"cost_model": dataclasses.asdict(cost) if isinstance(cost, CostModel)
                        else None,
                        "cost_table": cost.points() if isinstance(cost, CostTable) else None,
+                       "base": base, "holdout": split or None,
                        "results": results}, f)
     if args.plot:
         label = _cost_label(cost, args) if cost is not None else ""
@@ -655,7 +843,26 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         else:
             _plot(results, args.plot, cost is not None, label)
         out.write(f"plot written to {args.plot}\n")
+    if args.best_as is not None:
+        best_cfg = NgramConfig(**{**base, **results[0]["options"]})
+        if args.best_as == "toml":
+            out.write("\nbest setting as TOML (save it and pass --config FILE):\n"
+                      + best_cfg.to_toml())
+        else:
+            out.write("\nbest setting as SGLang server flags:\n"
+                      + sglang_flags(best_cfg.to_sglang_args()) + "\n")
     return 0
+
+
+def sglang_flags(args: dict[str, Any]) -> str:
+    """SGLang server arguments (``NgramConfig.to_sglang_args()``) as one command-line string.
+
+    Examples
+    --------
+    >>> sglang_flags(NgramConfig(max_bfs_breadth=8).to_sglang_args())[:60]
+    '--speculative-algorithm NGRAM --speculative-ngram-max-trie-d'
+    """
+    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in args.items())
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
@@ -677,6 +884,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return _cmd_simulate(args, out)
         if args.command == "calibrate":
             return _cmd_calibrate(args, out)
+        if args.command == "streams":
+            return _cmd_streams_import(args, out)
         return _cmd_sweep(args, out)
     except KeyboardInterrupt:
         print("ngramspec: interrupted", file=sys.stderr)
@@ -729,4 +938,56 @@ def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
                   "try --threads 1 or more --repeats\n")
     out.write(f"use it: ngramspec simulate --cost-table {args.out} --concurrency "
               f"{','.join(str(int(b)) for b in table.batches)}\n")
+    return 0
+
+
+def _cmd_streams_import(args: argparse.Namespace, out: TextIO) -> int:
+    from .importers import FORMATS, import_streams, load_chat_tokenizer
+
+    if args.format not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
+    if args.show_errors < 0:
+        raise ValueError(f"--show-errors must be >= 0, got {args.show_errors}")
+    fields: dict[str, str] = {}
+    for item in args.field:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"--field must be NAME=PATH (e.g. output_ids=outputs.0.token_ids), "
+                             f"got {item!r}")
+        fields[name.strip()] = path.strip()
+    tokenizer = None
+    if args.format != "token-ids":
+        if args.tokenizer is None:
+            raise ValueError(f"--format {args.format} needs --tokenizer DIR (a local Hugging "
+                             "Face tokenizer directory with a chat template)")
+        template = None
+        if args.chat_template is not None:
+            try:
+                with open(args.chat_template, encoding="utf-8") as f:
+                    template = f.read()
+            except OSError as e:
+                raise ValueError(f"--chat-template {args.chat_template}: cannot be read "
+                                 f"({e.strerror or e})") from None
+        tokenizer = load_chat_tokenizer(args.tokenizer, chat_template=template)
+    elif args.tokenizer is not None or args.chat_template is not None:
+        raise ValueError("--format token-ids reads token ids: --tokenizer and --chat-template "
+                         "do not apply")
+    bar = ProgressBar("import", force=args.progress, delay=0.0 if args.progress else 0.5)
+    t0 = time.perf_counter()
+    try:
+        report = import_streams(args.files, args.out, format=args.format, tokenizer=tokenizer,
+                                fields=fields or None, strict=args.strict,
+                                max_errors=args.show_errors, progress=bar)
+    finally:
+        bar.close()
+    for message in report.errors:
+        print(f"ngramspec: skipped: {message}", file=sys.stderr)
+    n_skipped = sum(report.skipped.values())
+    if n_skipped > len(report.errors):
+        print(f"ngramspec: ... and {n_skipped - len(report.errors):,} more skipped",
+              file=sys.stderr)
+    out.write(report.summary() + f" ({time.perf_counter() - t0:.1f} s)\n")
+    if args.format != "token-ids":
+        out.write("note: text re-tokenised through the chat template can differ from the ids "
+                  "the model generated; logs with token ids (--format token-ids) are exact\n")
     return 0

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
 import operator
+import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-__all__ = ["NgramConfig", "MATCH_TYPES", "PROFILES"]
+__all__ = ["NgramConfig", "MATCH_TYPES", "PROFILES", "PRESETS"]
 
 MATCH_TYPES = ("BFS", "PROB", "ADAPTIVE")
 #: Options beyond SGLang (all off by default): what ``Drafter`` and the ADAPTIVE builder add.
@@ -22,6 +25,18 @@ _INT32_MAX = 2**31 - 1
 # Corpus tokens across a cache's corpora: automaton states and edges are int32 ids (at most
 # 2 states and 3 edges per token).
 _MAX_CORPUS_TOKENS = 2**29
+
+#: Named starting points (``NgramConfig.preset(name)``, ``--preset`` on the command line).
+PRESETS = ("sglang", "recommended", "recommended-cost-aware")
+# The options each preset sets (later layers, a TOML file or flags, override them).
+_PRESET_OPTIONS: dict[str, dict[str, Any]] = {
+    "sglang": {},
+    "recommended": dict(index_prompt=True, exact_counts=True, local_index=True,
+                        match_type="ADAPTIVE", min_token_prob=0.18, max_spec_factor=4.0,
+                        max_trie_depth=24),
+}
+_PRESET_OPTIONS["recommended-cost-aware"] = dict(_PRESET_OPTIONS["recommended"],
+                                                 min_expected_accept=4.0)
 
 # Fields that exist in one profile only, and their defaults there (SGLang's server defaults).
 # draft_token_num is shared but resolved per profile (see NgramConfig).
@@ -318,9 +333,7 @@ class NgramConfig:
         >>> cfg.match_type, cfg.local_index, cfg.sglang_exact
         ('ADAPTIVE', True, False)
         """
-        options: dict[str, Any] = dict(index_prompt=True, exact_counts=True, local_index=True,
-                                       match_type="ADAPTIVE", min_token_prob=0.18,
-                                       max_spec_factor=4.0, max_trie_depth=24)
+        options: dict[str, Any] = dict(_PRESET_OPTIONS["recommended"])
         options.update(overrides)
         return cls(**options)
 
@@ -444,3 +457,222 @@ class NgramConfig:
                 raise ValueError("speculative_ngram_external_sam_budget must be > 0 when "
                                  "speculative_ngram_external_corpus_path is given")
         return config
+
+    # --- presets, TOML files and SGLang server arguments ------------------------------------
+
+    @staticmethod
+    def preset_options(name: str) -> dict[str, Any]:
+        """The options a preset sets (a copy), to layer other options over.
+
+        ``"sglang"``: none (SGLang's server defaults); ``"recommended"``: those of
+        :meth:`recommended`; ``"recommended-cost-aware"``: those plus
+        ``min_expected_accept=4.0`` (the value measured to keep every task group at or above
+        break-even under a verify step 2.46 times a decode step).
+
+        Examples
+        --------
+        >>> NgramConfig.preset_options("recommended-cost-aware")["min_expected_accept"]
+        4.0
+        """
+        if not isinstance(name, str) or name not in _PRESET_OPTIONS:
+            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+        return dict(_PRESET_OPTIONS[name])
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "NgramConfig":
+        """A named configuration (one of :data:`PRESETS`), with some options overridden.
+
+        Examples
+        --------
+        >>> NgramConfig.preset("sglang") == NgramConfig()
+        True
+        >>> NgramConfig.preset("recommended", capacity=1_000_000) == \\
+        ...     NgramConfig.recommended(capacity=1_000_000)
+        True
+        >>> NgramConfig.preset("fast")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown preset 'fast'; presets: sglang, recommended, recommended-cost-aware
+        """
+        options = cls.preset_options(name)
+        options.update(overrides)
+        return cls(**options)
+
+    def to_toml(self) -> str:
+        """This configuration as TOML text: one ``name = value`` line per set field.
+
+        :meth:`from_toml` reads it back into an equal config; ``--config FILE`` on the
+        command line takes the same file.
+
+        Examples
+        --------
+        >>> text = NgramConfig(match_type="PROB", draft_token_num=8).to_toml()
+        >>> print(text.splitlines()[4])
+        draft_token_num = 8
+        >>> NgramConfig.from_toml(text) == NgramConfig(match_type="PROB", draft_token_num=8)
+        True
+        """
+        lines = [f"# ngramspec NgramConfig (profile {self.profile}); read it with "
+                 "NgramConfig.from_toml or ngramspec simulate --config FILE"]
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, (int, float)):
+                text = repr(value)  # finite (validated): valid TOML integers and floats
+            else:
+                text = json.dumps(str(value))  # a TOML basic string for these plain names
+            lines.append(f"{f.name} = {text}")
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_toml(cls, source: "str | os.PathLike[str]") -> "NgramConfig":
+        """Read a configuration written by :meth:`to_toml` (or by hand).
+
+        Parameters
+        ----------
+        source : str or path
+            TOML text (a ``str``), or a file (a :class:`pathlib.Path` or other path object).
+            Top-level keys are :class:`NgramConfig` fields; fields not given take their
+            defaults.  Python < 3.11 needs ``tomli`` (``pip install 'ngramspec[toml]'``).
+
+        Raises
+        ------
+        ValueError
+            Naming the file (or ``TOML``) and the field: TOML syntax, unknown fields,
+            mistyped values (``draft_token_num = "8"``), values the config refuses.
+
+        Examples
+        --------
+        >>> NgramConfig.from_toml('match_type = "PROB"\\nmax_bfs_breadth = 4').max_bfs_breadth
+        4
+        >>> NgramConfig.from_toml('max_bfs_breadht = 4')
+        Traceback (most recent call last):
+        ...
+        ValueError: TOML: unknown field 'max_bfs_breadht' (did you mean 'max_bfs_breadth'?); ...
+        """
+        options, where = toml_options(source)
+        try:
+            return cls(**options)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from None
+
+    def to_sglang_args(self) -> dict[str, Any]:
+        """SGLang server arguments that run this configuration: ``from_sglang_args`` of the
+        result gives this config back.
+
+        Keys are SGLang's argument names (``speculative_algorithm``,
+        ``speculative_num_draft_tokens``, ``speculative_ngram_...``); every option is given,
+        defaults included.  On the command line they are ``--speculative-...`` flags.
+
+        Raises
+        ------
+        ValueError
+            When the configuration is not SGLang-exact (naming the options SGLang lacks), or
+            is a window-era (0.5.9) configuration with ``match_type="PROB"``, which those
+            servers ignored (they always ran BFS).
+
+        Examples
+        --------
+        >>> args = NgramConfig(max_bfs_breadth=8, draft_token_num=16).to_sglang_args()
+        >>> args["speculative_num_draft_tokens"], args["speculative_ngram_max_bfs_breadth"]
+        (16, 8)
+        >>> NgramConfig.from_sglang_args(args) == NgramConfig(max_bfs_breadth=8,
+        ...                                                   draft_token_num=16)
+        True
+        >>> NgramConfig.recommended().to_sglang_args()
+        Traceback (most recent call last):
+        ...
+        ValueError: SGLang has no option for index_prompt=True, exact_counts=True, ...
+        """
+        arg_of = {field: arg for arg, field in
+                  {**_SGLANG_SHARED_ARGS, **_SGLANG_PROFILE_ARGS[self.profile]}.items()}
+        lacking = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                   if f.name not in arg_of and f.name != "profile"
+                   and getattr(self, f.name) != f.default]
+        if self.match_type not in ("BFS", "PROB"):
+            lacking.append(f"match_type={self.match_type!r}")
+        if lacking:
+            raise ValueError(f"SGLang has no option for {', '.join(lacking)}; only "
+                             "SGLang-exact configurations (sglang_exact) have server arguments")
+        if self.profile == "sglang-0.5.9":
+            if self.match_type != "BFS":
+                raise ValueError(f"match_type={self.match_type!r}: SGLang 0.5.9 servers ignore "
+                                 "--speculative-ngram-match-type and always run BFS")
+            del arg_of["match_type"]
+        args: dict[str, Any] = {"speculative_algorithm": "NGRAM"}
+        for f in dataclasses.fields(self):
+            if f.name in arg_of:
+                arg = arg_of[f.name]
+                key = ("speculative_num_draft_tokens" if arg == "num_draft_tokens"
+                       else f"speculative_ngram_{arg}")
+                args[key] = getattr(self, f.name)
+        return args
+
+
+def _toml_kind(f: dataclasses.Field) -> type:
+    if f.name in ("match_type", "profile"):
+        return str
+    if isinstance(f.default, (bool, float)):
+        return type(f.default)
+    return int
+
+
+def toml_options(source: "str | os.PathLike[str]") -> tuple[dict[str, Any], str]:
+    """The options a TOML config gives (field name to value, types checked, unvalidated) and
+    the name of the source for messages: the file name, or ``"TOML"`` for text.
+
+    Raises ``ValueError`` naming the source and the field at fault.
+    """
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            raise ValueError("reading TOML on Python < 3.11 needs tomli: "
+                             "pip install 'ngramspec[toml]'") from None
+    if isinstance(source, str):
+        where, text = "TOML", source
+    elif isinstance(source, os.PathLike):
+        where = os.fspath(source)
+        try:
+            with open(source, "rb") as fh:
+                raw = fh.read()
+        except OSError as e:
+            raise ValueError(f"{where}: cannot read the config file ({e.strerror or e})"
+                             ) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{where}: not UTF-8 text (a TOML file is UTF-8)") from None
+    else:
+        raise TypeError(f"source must be TOML text (str) or a path (e.g. pathlib.Path), got "
+                        f"{type(source).__name__}")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        hint = ("; to read a file pass a path object, e.g. pathlib.Path(...)"
+                if where == "TOML" and "=" not in text else "")
+        raise ValueError(f"{where}: not valid TOML ({e}){hint}") from None
+    fields = {f.name: f for f in dataclasses.fields(NgramConfig)}
+    options: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{where}: unknown field {key!r}{hint}; NgramConfig fields: "
+                             f"{', '.join(fields)}")
+        kind = _toml_kind(fields[key])
+        ok = (isinstance(value, bool) if kind is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+              else isinstance(value, kind) and not isinstance(value, bool))
+        if not ok:
+            what = {bool: "true or false", float: "a number", int: "an integer",
+                    str: "a string"}[kind]
+            shown = "a table" if isinstance(value, dict) else f"{type(value).__name__} {value!r}"
+            raise ValueError(f"{where}: field {key!r} must be {what}, got {shown}")
+        options[key] = value
+    return options, where

@@ -127,3 +127,138 @@ def test_python_dash_m():
     out = subprocess.run([sys.executable, "-m", "ngramspec", "simulate", "--limit", "2"],
                          capture_output=True, text=True, check=True)
     assert "tokens/step" in out.stdout
+
+
+# --- presets, config files, hold-out sweeps, settings out ---------------------------------
+
+
+def _config_line(text):
+    return next(line for line in text.splitlines() if line.startswith("config: "))
+
+
+def test_simulate_preset_and_config_file_layers(streams, tmp_path):
+    path, rows = streams
+    code, text = run(["simulate", str(path), "--preset", "recommended", "--no-progress"])
+    assert code == 0
+    want = ns.simulate(rows, config=ns.NgramConfig.recommended())
+    assert f"{want.tokens_per_step:.3f}" in text
+    toml = tmp_path / "c.toml"
+    toml.write_text('match_type = "PROB"\ndraft_token_num = 8\nmax_bfs_breadth = 4\n')
+    code, text = run(["simulate", str(path), "--config", str(toml), "--draft-token-num", "6",
+                      "--no-progress"])
+    assert code == 0
+    cfg = ns.NgramConfig(match_type="PROB", draft_token_num=6, max_bfs_breadth=4)
+    assert _config_line(text).split()[1:8] == [
+        f"{n}={getattr(cfg, n)}" for n in ("max_trie_depth", "min_bfs_breadth",
+                                           "max_bfs_breadth", "draft_token_num", "match_type",
+                                           "capacity", "profile")]
+    assert f"{ns.simulate(rows, config=cfg).tokens_per_step:.3f}" in text
+    # The file over the preset, the flags over the file.
+    toml.write_text("min_token_prob = 0.3\n")
+    code, text = run(["simulate", str(path), "--preset", "recommended-cost-aware", "--config",
+                      str(toml), "--max-trie-depth", "12", "--no-progress"])
+    assert code == 0
+    cfg = ns.NgramConfig.recommended(min_expected_accept=4.0, min_token_prob=0.3,
+                                     max_trie_depth=12)
+    assert f"{ns.simulate(rows, config=cfg).tokens_per_step:.3f}" in text
+    assert "min_token_prob=0.3" in text and "min_expected_accept=4.0" in text
+
+
+@pytest.mark.parametrize("toml_text,argv,message", [
+    (None, ["--preset", "fast"], "--preset: unknown preset 'fast'; presets: sglang, "
+                                 "recommended, recommended-cost-aware"),
+    ("draft_tokens = 8\n", [], "c.toml: unknown field 'draft_tokens'"),
+    ('draft_token_num = "8"\n', [], "c.toml: field 'draft_token_num' must be an integer"),
+    ("capacity = 5\n", [], "(settings from --config"),
+    ("draft_token_num = [\n", [], "c.toml: not valid TOML"),
+    (None, ["--config", "no-such.toml"], "no-such.toml: cannot read the config file"),
+    (None, ["--preset", "recommended", "--match-type", "BFS"],
+     "local_index=True drafts through match_type='ADAPTIVE'"),
+])
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_preset_and_config_errors(capsys, tmp_path, command, toml_text, argv, message):
+    if toml_text is not None:
+        (tmp_path / "c.toml").write_text(toml_text)
+        argv = argv + ["--config", str(tmp_path / "c.toml")]
+    code, out = run([command, "--limit", "2", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and out == ""
+    assert err.startswith("ngramspec: error: ") and err.count("\n") == 1
+    assert message in err
+
+
+def test_holdout_split_deterministic():
+    from ngramspec.cli import holdout_split
+    rows = [{"id": f"r{i}", "prompt_ids": [], "output_ids": [1], "day": i % 3}
+            for i in range(50)]
+    tune, hold, what = holdout_split(rows, fraction=0.2)
+    assert len(hold) == 10 and len(tune) == 40 and "10 of 50" in what
+    assert [r["id"] for r in tune + hold] != [r["id"] for r in rows]  # really a mix
+    assert [r["id"] for r in tune] == [r["id"] for r in rows if r not in hold]  # file order
+    # The split depends on the ids only: a reversed file holds out the same requests.
+    _, hold_rev, _ = holdout_split(rows[::-1], fraction=0.2)
+    assert sorted(r["id"] for r in hold_rev) == sorted(r["id"] for r in hold)
+    tune, hold, _ = holdout_split(rows, by="day=1,2")
+    assert [r["id"] for r in hold] == [r["id"] for r in rows if r["day"] != 0]
+
+
+def test_sweep_holdout_reports_both_parts(streams, tmp_path):
+    from ngramspec.cli import holdout_split
+    path, rows = streams
+    report = tmp_path / "r.json"
+    code, text = run(["sweep", str(path), "--draft-token-num", "4,8", "--holdout", "0.4",
+                      "--jobs", "1", "--json", str(report), "--no-progress"])
+    assert code == 0
+    tune, hold, _ = holdout_split(rows, fraction=0.4)
+    assert f"ranked on {len(tune)} of {len(rows)} requests" in text
+    assert "hold-out tokens/step" in text
+    data = json.loads(report.read_text())
+    for r in data["results"]:
+        cfg = ns.NgramConfig(**r["options"])
+        assert r["tokens_per_step"] == ns.simulate(tune, config=cfg).tokens_per_step
+        assert r["holdout"]["tokens_per_step"] == ns.simulate(hold, config=cfg).tokens_per_step
+    best = data["results"][0]
+    assert best["tokens_per_step"] == max(r["tokens_per_step"] for r in data["results"])
+    assert (f"winner on the tuning part ({len(tune)} requests): "
+            f"draft_token_num={best['options']['draft_token_num']}") in text
+    assert f"{best['holdout']['tokens_per_step']:.3f}" in text.split("winner")[1]
+
+
+def test_sweep_holdout_by_field(streams, capsys):
+    path, rows = streams
+    task = rows[0]["task"]
+    code, text = run(["sweep", str(path), "--draft-token-num", "4,8", "--holdout-by",
+                      f"task={task}", "--jobs", "1", "--no-progress"])
+    n_held = sum(r["task"] == task for r in rows)
+    assert code == 0 and f"task in {{{task}}}: {n_held} of {len(rows)} requests" in text
+    code, _ = run(["sweep", str(path), "--holdout", "0.5", "--holdout-by", "task=x"])
+    assert code == 2 and "not both" in capsys.readouterr().err
+
+
+def test_sweep_best_as(streams, tmp_path, capsys):
+    path, rows = streams
+    code, text = run(["sweep", str(path), "--draft-token-num", "4,8", "--match-type",
+                      "BFS,PROB", "--best-as", "sglang", "--jobs", "1", "--no-progress"])
+    assert code == 0
+    flags = text.split("best setting as SGLang server flags:\n")[1].split()
+    args = dict(zip(flags[::2], flags[1::2]))
+    cfg = ns.NgramConfig.from_sglang_args({k: int(v) if v.isdigit() else v
+                                           for k, v in args.items()})
+    table = text.splitlines()
+    first = table[table.index(next(line for line in table if line.startswith("----"))) + 1]
+    assert first.split()[1:3] == [str(cfg.draft_token_num), cfg.match_type]
+    code, text = run(["sweep", str(path), "--draft-token-num", "4,8", "--preset", "recommended",
+                      "--best-as", "toml", "--jobs", "1", "--no-progress"])
+    assert code == 0
+    toml = text.split("--config FILE):\n")[1]
+    (tmp_path / "best.toml").write_text(toml)
+    best = ns.NgramConfig.from_toml(tmp_path / "best.toml")
+    assert best == ns.NgramConfig.recommended(draft_token_num=best.draft_token_num)
+    # The file runs as it was ranked.
+    code, again = run(["simulate", str(path), "--config", str(tmp_path / "best.toml"),
+                       "--no-progress"])
+    assert code == 0
+    assert f"{ns.simulate(rows, config=best).tokens_per_step:.3f}" in again
+    code, _ = run(["sweep", str(path), "--preset", "recommended", "--best-as", "sglang"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--best-as sglang: SGLang has no option for index_prompt=True" in err

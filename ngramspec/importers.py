@@ -1,0 +1,727 @@
+"""Traffic logs into recorded streams: chat logs through the model's own chat template, or
+logs that already carry token ids.
+
+Formats (``format=``):
+
+- ``"openai-chat"``: JSON Lines, one conversation per line, ``{"messages": [{"role": ...,
+  "content": ...}, ...], "tools": [...]}`` (``tools`` optional).
+- ``"sharegpt"``: ``{"conversations": [{"from": "human" | "gpt" | "system" | "tool", "value":
+  ...}, ...]}`` per line, or one JSON array of such objects.
+- ``"hf-dataset"``: a Hugging Face dataset saved to disk (a directory of ``.arrow`` files) or
+  given as ``.parquet``, ``.arrow``, ``.jsonl`` or ``.json`` files; each row has ``messages``
+  (as openai-chat) or ``conversations`` (as sharegpt).  Arrow and Parquet need ``pyarrow``.
+- ``"token-ids"``: records with token ids already (vLLM-style ``prompt_token_ids`` and
+  ``token_ids``, or ``outputs[0].token_ids``; ``fields=`` maps other layouts).
+
+How a conversation becomes streams: one stream per assistant message, in order.  For the
+assistant message at position ``k``, ``prompt_ids`` is the chat template applied to
+``messages[:k]`` with the generation prompt (system, tool and earlier assistant messages
+kept, the conversation's ``tools`` passed to the template), tokenised as the tokenizer's own
+``apply_chat_template(messages[:k], add_generation_prompt=True)`` does; ``output_ids`` is
+what the template renders for that assistant message after the generation prompt, tokenised
+on its own (as the model generated it, from an empty continuation) and cut after its last
+end-of-turn token (the tokenizer's ``eos_token`` and the ``eos_token_id`` of
+``generation_config.json``), so that whitespace the template puts after it is dropped.
+
+Re-tokenised text can differ from the ids the model generated (a model may emit a
+non-canonical split of the same text): logs with token ids (``"token-ids"``) are exact,
+text logs are an approximation.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import io
+import json
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from .streams import StreamError, validate_record
+
+__all__ = ["FORMATS", "ImportReport", "import_streams", "load_chat_tokenizer",
+           "conversation_turns", "SHAREGPT_ROLES"]
+
+FORMATS = ("openai-chat", "sharegpt", "hf-dataset", "token-ids")
+
+#: ShareGPT speakers (``from``) and the chat roles they become.
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant",
+                  "assistant": "assistant", "chatgpt": "assistant", "model": "assistant",
+                  "system": "system", "tool": "tool", "function": "tool",
+                  "observation": "tool"}
+
+_ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
+
+# Where token-ids records keep their fields, tried in order (``fields=`` overrides).
+_TOKEN_FIELDS = {"prompt_ids": ("prompt_ids", "prompt_token_ids"),
+                 "output_ids": ("output_ids", "token_ids", "output_token_ids",
+                                "outputs.0.token_ids"),
+                 "id": ("id", "request_id")}
+
+_CHUNK = 2048  # conversations rendered and tokenised together
+
+
+class ImportRecordError(StreamError):
+    """One input record that cannot be imported; ``reason`` is its category."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class ImportReport:
+    """What :func:`import_streams` did."""
+
+    out: str
+    records: int = 0
+    streams: int = 0
+    #: Skipped records (or assistant turns) per reason.
+    skipped: dict[str, int] = field(default_factory=dict)
+    #: The first messages (file, line, field, what), one per skipped item.
+    errors: list[str] = field(default_factory=list)
+    #: Turns kept whole because no end-of-turn token was found in them.
+    no_end_token: int = 0
+
+    def summary(self) -> str:
+        """One line: written, and skipped by reason."""
+        line = (f"{self.streams:,} streams from {self.records:,} records written to "
+                f"{self.out}")
+        n = sum(self.skipped.values())
+        if n:
+            line += f"; skipped {n:,}: " + ", ".join(
+                f"{c:,} {r}" for r, c in sorted(self.skipped.items(), key=lambda kv: -kv[1]))
+        if self.no_end_token:
+            line += (f"; {self.no_end_token:,} assistant turns had no end-of-turn token and "
+                     "were kept whole")
+        return line
+
+
+# --- tokenizer ------------------------------------------------------------------------------
+
+
+def load_chat_tokenizer(directory: str | os.PathLike[str], *,
+                        chat_template: str | None = None) -> Any:
+    """A local Hugging Face tokenizer with a chat template (never downloads anything).
+
+    Raises ``ValueError`` naming the directory: transformers missing, no tokenizer there, no
+    chat template (give one with ``chat_template=`` text).
+    """
+    path = Path(directory)
+    if not path.is_dir():
+        raise ValueError(f"--tokenizer {directory}: not a directory (a local Hugging Face "
+                         "tokenizer directory is needed; nothing is downloaded)")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ValueError("importing chat logs needs transformers: pip install "
+                         "'ngramspec[import]'") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as e:  # transformers raises OSError, ValueError, KeyError, ...
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(f"--tokenizer {directory}: no tokenizer could be loaded from there "
+                         f"({first})") from None
+    if chat_template is not None:
+        tok.chat_template = chat_template
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(f"--tokenizer {directory}: the tokenizer has no chat template "
+                         "(tokenizer_config.json 'chat_template' or chat_template.jinja); "
+                         "prompts must be built with the model's own template (or give one "
+                         "with --chat-template FILE)")
+    return tok
+
+
+def _end_ids(tok: Any, directory: str | os.PathLike[str] | None) -> set[int]:
+    ids: set[int] = set()
+    if getattr(tok, "eos_token_id", None) is not None:
+        ids.add(int(tok.eos_token_id))
+    if directory is not None:
+        gen = Path(directory) / "generation_config.json"
+        if gen.is_file():
+            try:
+                value = json.loads(gen.read_text(encoding="utf-8")).get("eos_token_id")
+            except (ValueError, OSError, AttributeError):
+                value = None
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, int) and not isinstance(v, bool):
+                    ids.add(v)
+    return ids
+
+
+# --- reading records ------------------------------------------------------------------------
+
+
+def _open_text(path: Path) -> tuple[io.TextIOBase, Any]:
+    raw = open(path, "rb")
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8"), raw
+    return io.TextIOWrapper(raw, encoding="utf-8"), raw
+
+
+def _json_records(path: Path, progress: Callable[[int], None]) -> Iterator[tuple[str, Any]]:
+    """(where, parsed or an ImportRecordError) per JSON Lines line, or per item of a JSON
+    array file."""
+    name = str(path)
+    text, raw = _open_text(path)
+    try:
+        with text:
+            first = ""
+            while not first:
+                ch = text.read(1)
+                if not ch or not ch.isspace():
+                    first = ch or "\0"
+            text.seek(0)
+            if first == "[":
+                try:
+                    items = json.load(text)
+                except json.JSONDecodeError as e:
+                    yield (f"{name}:{e.lineno}", ImportRecordError(
+                        f"{name}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno}); "
+                        "the whole JSON array is unusable", "malformed JSON"))
+                    return
+                progress(raw.tell())
+                for i, item in enumerate(items):
+                    yield f"{name}: item {i}", item
+                return
+            for lineno, line in enumerate(text, 1):
+                if lineno % 256 == 0:
+                    progress(raw.tell())
+                if not line.strip():
+                    continue
+                where = f"{name}:{lineno}"
+                try:
+                    yield where, json.loads(line.rstrip("\r\n"))
+                except json.JSONDecodeError as e:
+                    yield where, ImportRecordError(
+                        f"{where}: not valid JSON ({e.msg} at column {e.colno})",
+                        "malformed JSON")
+            progress(raw.tell())
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise StreamError(f"{name}: cannot be read as (gzipped) UTF-8 JSON: {e}") from None
+
+
+def _arrow_records(path: Path, progress: Callable[[int], None]) -> Iterator[tuple[str, Any]]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise StreamError(f"{path}: reading Arrow or Parquet needs pyarrow: pip install "
+                          "'ngramspec[parquet]'") from None
+    try:
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+        else:
+            try:
+                with pa.memory_map(str(path)) as src:
+                    table = pa.ipc.open_stream(src).read_all()
+            except pa.ArrowInvalid:
+                with pa.memory_map(str(path)) as src:
+                    table = pa.ipc.open_file(src).read_all()
+    except Exception as e:  # pyarrow raises several types for unreadable files
+        raise StreamError(f"{path}: cannot be read as Arrow/Parquet: {e}") from None
+    for i, row in enumerate(table.to_pylist()):
+        yield f"{path}: row {i}", row
+    progress(path.stat().st_size)
+
+
+def _dataset_files(path: Path) -> list[Path]:
+    """The data files of a dataset saved to disk (a directory), in their saved order."""
+    state = path / "state.json"
+    if state.is_file():
+        try:
+            files = [path / f["filename"] for f in
+                     json.loads(state.read_text(encoding="utf-8"))["_data_files"]]
+            if files:
+                return files
+        except (ValueError, KeyError, TypeError, OSError):
+            pass
+    files = sorted(p for p in path.iterdir() if p.suffix in (".arrow", ".parquet"))
+    if not files:
+        raise StreamError(f"{path}: a directory without .arrow or .parquet files (a dataset "
+                          "saved with save_to_disk, or pass the data files)")
+    return files
+
+
+def _sources(paths: Sequence[str | os.PathLike[str]], fmt: str) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise StreamError(f"no such file {str(p)!r}")
+        if p.is_dir():
+            if fmt != "hf-dataset":
+                raise StreamError(f"{p}: is a directory; --format {fmt} reads files "
+                                  "(a saved dataset directory needs --format hf-dataset)")
+            out.extend(_dataset_files(p))
+        else:
+            out.append(p)
+    return out
+
+
+def _records(path: Path, progress: Callable[[int], None]) -> Iterator[tuple[str, Any]]:
+    if path.suffix in (".arrow", ".parquet"):
+        return _arrow_records(path, progress)
+    return _json_records(path, progress)
+
+
+# --- conversations --------------------------------------------------------------------------
+
+
+def _messages(record: Any, where: str, fmt: str) -> tuple[list[dict], Any]:
+    """The conversation of a record as chat messages, and its tools (or None)."""
+    if not isinstance(record, Mapping):
+        raise ImportRecordError(f"{where}: a record must be a JSON object, got "
+                                f"{type(record).__name__}", "not an object")
+    if fmt == "hf-dataset":
+        fmt = "openai-chat" if "messages" in record else "sharegpt" \
+            if "conversations" in record else ""
+        if not fmt:
+            raise ImportRecordError(f"{where}: field 'messages' (or 'conversations') is "
+                                    "missing", "missing messages")
+    key = "messages" if fmt == "openai-chat" else "conversations"
+    if key not in record:
+        raise ImportRecordError(f"{where}: field {key!r} is missing", f"missing {key}")
+    conv = record[key]
+    if not isinstance(conv, list):
+        raise ImportRecordError(f"{where}: field {key!r} must be a list of messages, got "
+                                f"{type(conv).__name__}", f"{key} not a list")
+    if not conv:
+        raise ImportRecordError(f"{where}: field {key!r} is empty", "empty conversation")
+    messages = []
+    for i, m in enumerate(conv):
+        at = f"{where}: field '{key}[{i}]"
+        if not isinstance(m, dict) and not isinstance(m, Mapping):  # dict: the fast check
+            raise ImportRecordError(f"{at}' must be an object, got {type(m).__name__}",
+                                    "message not an object")
+        if fmt == "openai-chat":
+            role = m.get("role")
+            if role is None:
+                raise ImportRecordError(f"{at}.role' is missing", "missing role")
+            if role not in _ROLES:
+                raise ImportRecordError(f"{at}.role' = {role!r} is not a chat role (one of "
+                                        f"{', '.join(_ROLES)})", "unknown role")
+            if m.get("content") is None and not m.get("tool_calls"):
+                raise ImportRecordError(f"{at}.content' is missing", "missing content")
+            messages.append({k: v for k, v in m.items() if v is not None})
+        else:
+            who = m.get("from")
+            if who is None:
+                raise ImportRecordError(f"{at}.from' is missing", "missing role")
+            role = SHAREGPT_ROLES.get(str(who).lower())
+            if role is None:
+                raise ImportRecordError(
+                    f"{at}.from' = {who!r} is not a known speaker (one of "
+                    f"{', '.join(SHAREGPT_ROLES)})", "unknown role")
+            value = m.get("value")
+            if not isinstance(value, str):
+                raise ImportRecordError(f"{at}.value' must be a string, got "
+                                        f"{type(value).__name__}", "missing content")
+            messages.append({"role": role, "content": value})
+    tools = record.get("tools") or None
+    if tools is not None and not isinstance(tools, list):
+        raise ImportRecordError(f"{where}: field 'tools' must be a list, got "
+                                f"{type(tools).__name__}", "tools not a list")
+    return messages, tools
+
+
+def conversation_turns(messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Positions of the assistant messages that become streams: every assistant message
+    with at least one message before it, in order.
+
+    Examples
+    --------
+    >>> conversation_turns([{"role": "system"}, {"role": "user"}, {"role": "assistant"},
+    ...                     {"role": "user"}, {"role": "assistant"}])
+    [2, 4]
+    """
+    return [k for k, m in enumerate(messages) if m.get("role") == "assistant" and k > 0]
+
+
+_META_SKIP = {"messages", "conversations", "tools", "id", "prompt_ids", "output_ids"}
+
+
+def _metadata(record: Mapping, skip: Iterable[str] = ()) -> dict[str, Any]:
+    drop = _META_SKIP | set(skip)
+    return {k: v for k, v in record.items() if k not in drop and isinstance(k, str)
+            and (v is None or isinstance(v, (str, int, float, bool)))}
+
+
+def _conv_id(record: Mapping, where: str) -> str | int:
+    rid = record.get("id")
+    if isinstance(rid, (str, int)) and not isinstance(rid, bool):
+        return rid
+    return where
+
+
+class _Renderer:
+    """Renders prompts and assistant turns in batches, through the tokenizer's own
+    ``apply_chat_template`` (tokenize=False) and batched tokenisation."""
+
+    def __init__(self, tok: Any, end_ids: set[int]) -> None:
+        self.tok, self.end_ids = tok, end_ids
+        # Fast paths, each used only after it gave the tokenizer's own results on the first
+        # batch: the compiled template rendered directly (plain role/content conversations
+        # without tools), and the Rust tokenizer's batch encoding.
+        self.template: Any = None
+        self.backend: Any = None
+        try:
+            from transformers.utils.chat_template_utils import _compile_jinja_template
+            self.template = _compile_jinja_template(tok.chat_template)
+            # The template's globals merged with the variables once, not at every render.
+            self.base = {**self.template.globals, **tok.special_tokens_map, "tools": None,
+                         "documents": None}
+        except Exception:  # another transformers version: the public path only
+            self.template = None
+        backend = getattr(tok, "backend_tokenizer", None) if getattr(tok, "is_fast", False) \
+            else None
+        self.backend = backend
+        self.render_checked: set[bool] = set()  # add_generation_prompt values compared
+        self.encode_checked = False
+
+    def _own_render(self, convs: list[list[dict]], tools: Any, gen: bool) -> list[str]:
+        return list(self.tok.apply_chat_template(convs, tools=tools, tokenize=False,
+                                                 add_generation_prompt=gen))
+
+    def _render(self, convs: list[list[dict]], tools: Any, gen: bool) -> list[str]:
+        if self.template is None or tools or not convs or not all(
+                len(m) == 2 and isinstance(m.get("content"), str) for c in convs for m in c):
+            return self._own_render(convs, tools, gen)
+        t, base, concat = self.template, self.base, self.template.environment.concat
+        fast = []
+        for c in convs:
+            v = base.copy()
+            v["messages"], v["add_generation_prompt"] = c, gen
+            fast.append(concat(t.root_render_func(t.new_context(v, shared=True))))
+        if gen not in self.render_checked:
+            n = min(len(convs), 32)
+            if fast[:n] != self._own_render(convs[:n], None, gen):
+                self.template = None
+                return self._own_render(convs, tools, gen)
+            self.render_checked.add(gen)
+        return fast
+
+    def _own_encode(self, texts: list[str]) -> list[list[int]]:
+        return [list(ids) for ids in self.tok(texts, add_special_tokens=False)["input_ids"]]
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        if not texts:
+            return []
+        if self.backend is None:
+            return self._own_encode(texts)
+        enc = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        ids = [e.ids for e in enc(texts, add_special_tokens=False)]
+        if not self.encode_checked:
+            n = min(len(texts), 64)
+            if ids[:n] != self._own_encode(texts[:n]):
+                self.backend = None
+                return self._own_encode(texts)
+        return ids
+
+    def streams(self, items: list[tuple[str, list[dict], Any, int]]
+                ) -> list[tuple[list[int], list[int], bool] | ImportRecordError]:
+        """Per (where, messages, tools, k): (prompt_ids, output_ids, had an end token)."""
+        out, keys, prompts, turns = self.render(items)
+        return self.finish(items, out, keys, *self.encode(prompts, turns))
+
+    def render(self, items: list[tuple[str, list[dict], Any, int]]
+               ) -> tuple[list[Any], list[int], list[str], list[str]]:
+        """The prompt and assistant-turn texts of the items the template renders."""
+        out: list[Any] = [None] * len(items)
+        groups: dict[str, list[int]] = collections.defaultdict(list)
+        for i, (_, _, tools, _) in enumerate(items):
+            groups[json.dumps(tools, sort_keys=True) if tools else ""].append(i)
+        prompts: dict[int, str] = {}
+        turns: dict[int, str] = {}
+        for idx in groups.values():
+            tools = items[idx[0]][2]
+            try:
+                ps = self._render([items[i][1][:items[i][3]] for i in idx], tools, True)
+                fs = self._render([items[i][1][:items[i][3] + 1] for i in idx], tools, False)
+                pairs = list(zip(idx, ps, fs))
+            except Exception:  # find the conversations the template refuses, one by one
+                pairs = []
+                for i in idx:
+                    where, msgs, _, k = items[i]
+                    try:
+                        pairs.append((i, self._render([msgs[:k]], tools, True)[0],
+                                      self._render([msgs[:k + 1]], tools, False)[0]))
+                    except Exception as e:
+                        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                        out[i] = ImportRecordError(
+                            f"{where}: field 'messages[{k}]': the chat template refused the "
+                            f"conversation up to here ({first})", "refused by the template")
+            for i, p, f in pairs:
+                if not f.startswith(p):
+                    where, _, _, k = items[i]
+                    out[i] = ImportRecordError(
+                        f"{where}: field 'messages[{k}]': the chat template renders this "
+                        "assistant message without the generation prompt in front; its "
+                        "output cannot be cut out", "template mismatch")
+                    continue
+                prompts[i], turns[i] = p, f[len(p):]
+        keys = sorted(prompts)
+        return out, keys, [prompts[i] for i in keys], [turns[i] for i in keys]
+
+    def encode(self, prompts: list[str], turns: list[str]
+               ) -> tuple[list[list[int]], list[list[int]]]:
+        """Token ids of the texts (thread-safe: the Rust encoder releases the GIL)."""
+        p_ids, o_ids = self._encode(prompts), self._encode(turns)
+        self.encode_checked = self.encode_checked or bool(prompts)
+        return p_ids, o_ids
+
+    def finish(self, items: list[tuple[str, list[dict], Any, int]], out: list[Any],
+               keys: list[int], p_ids: list[list[int]], o_ids: list[list[int]]
+               ) -> list[tuple[list[int], list[int], bool] | ImportRecordError]:
+        end_ids = self.end_ids
+        for i, p, o in zip(keys, p_ids, o_ids):
+            last = len(o) - 1
+            while last >= 0 and o[last] not in end_ids:
+                last -= 1
+            if last >= 0:
+                o = o[:last + 1]
+            if not o:
+                where, _, _, k = items[i]
+                out[i] = ImportRecordError(f"{where}: field 'messages[{k}].content': the "
+                                           "assistant turn renders to no tokens",
+                                           "empty assistant turn")
+                continue
+            out[i] = (p, o, last >= 0)
+        return out
+
+
+def _lookup(record: Mapping, dotted: str) -> Any:
+    value: Any = record
+    for part in dotted.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            raise KeyError(dotted)
+    return value
+
+
+def _token_record(record: Any, where: str, fields: Mapping[str, str] | None) -> dict:
+    if not isinstance(record, Mapping):
+        raise ImportRecordError(f"{where}: a record must be a JSON object, got "
+                                f"{type(record).__name__}", "not an object")
+    out: dict[str, Any] = {}
+    used = []
+    for name, candidates in _TOKEN_FIELDS.items():
+        tried = (fields[name],) if fields and name in fields else candidates
+        for path in tried:
+            try:
+                out[name] = _lookup(record, path)
+                used.append(path.split(".")[0])
+                break
+            except KeyError:
+                continue
+        else:
+            if name == "id":
+                out["id"] = where
+                continue
+            raise ImportRecordError(f"{where}: field {' or '.join(map(repr, tried))} is "
+                                    f"missing (the {name}; map another field with --field "
+                                    f"{name}=NAME)", f"missing {name}")
+    out.update({k: v for k, v in _metadata(record, used).items() if k not in out})
+    try:
+        return validate_record(out, where)
+    except StreamError as e:
+        raise ImportRecordError(str(e), "bad token ids") from None
+
+
+# --- the import -----------------------------------------------------------------------------
+
+
+def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
+                   format: str, tokenizer: Any = None, fields: Mapping[str, str] | None = None,
+                   strict: bool = False, max_errors: int = 1000,
+                   progress: Callable[[int, int], None] | None = None) -> ImportReport:
+    """Convert traffic logs into a stream file (JSON Lines, gzipped when ``out`` ends in
+    ``.gz``), atomically: written to a temporary file beside ``out``, renamed when complete.
+
+    Parameters
+    ----------
+    paths : list of paths
+        Input files (JSON Lines, gzip detected from the content; a JSON array; for
+        ``hf-dataset`` also ``.arrow``/``.parquet`` files or a saved dataset directory).
+    out : path
+        Where to write the streams; left untouched unless the import succeeds.
+    format : {"openai-chat", "sharegpt", "hf-dataset", "token-ids"}
+    tokenizer : tokenizer or path, optional
+        A Hugging Face tokenizer with a chat template, or its local directory (text formats).
+    fields : mapping, optional
+        ``token-ids`` only: where ``prompt_ids``, ``output_ids`` and ``id`` are, as dotted
+        paths (``{"output_ids": "outputs.0.token_ids"}``).
+    strict : bool
+        Raise on the first record that cannot be imported instead of skipping it.
+    progress : callable(done, total), optional
+        Called with bytes read so far and the total input size.
+
+    Returns
+    -------
+    ImportReport
+        Counts, skipped records per reason and their first ``max_errors`` messages.
+
+    Raises
+    ------
+    StreamError
+        Unreadable input, a record that cannot be imported with ``strict=True`` (naming
+        the file, line and field), or nothing to write; ``out`` is then untouched.
+    ValueError
+        Bad arguments (format, tokenizer, fields).
+    """
+    if format not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if fields and format != "token-ids":
+        raise ValueError("--field maps token-ids records only (use --format token-ids)")
+    for key in fields or {}:
+        if key not in _TOKEN_FIELDS:
+            raise ValueError(f"--field {key}=...: unknown field; mappable: "
+                             f"{', '.join(_TOKEN_FIELDS)}")
+    renderer = None
+    if format != "token-ids":
+        if tokenizer is None:
+            raise ValueError(f"--format {format} needs --tokenizer DIR (a local Hugging Face "
+                             "tokenizer with a chat template)")
+        directory = None
+        if isinstance(tokenizer, (str, os.PathLike)):
+            directory = tokenizer
+            tokenizer = load_chat_tokenizer(tokenizer)
+        elif not getattr(tokenizer, "chat_template", None):
+            raise ValueError("tokenizer: it has no chat template")
+        else:
+            directory = getattr(tokenizer, "name_or_path", None) or None
+        renderer = _Renderer(tokenizer, _end_ids(tokenizer, directory))
+    if not paths:
+        raise ValueError("no input files given")
+    files = _sources(paths, format)
+    total = sum(p.stat().st_size for p in files) or 1
+    base = 0
+    report = ImportReport(out=str(out))
+    skipped: collections.Counter = collections.Counter()
+    seen_ids: set = set()
+    out_path = Path(out)
+    if out_path.is_dir():
+        raise ValueError(f"--out {out}: is a directory; give a file name (.jsonl or .jsonl.gz)")
+    pool = ThreadPoolExecutor(max_workers=1) if renderer is not None else None
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp",
+                               dir=str(out_path.parent) or ".")
+    os.close(fd)
+
+    def skip(err: ImportRecordError) -> None:
+        if strict:
+            raise StreamError(str(err))
+        skipped[err.reason] += 1
+        if len(report.errors) < max_errors:
+            report.errors.append(str(err))
+
+    try:
+        # Level 3: most of level 9's size on token ids at a fraction of its time.
+        sink_ctx = (gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3)
+                    if out_path.name.endswith(".gz") else open(tmp, "w", encoding="utf-8"))
+        with sink_ctx as sink:
+            def write(rec: dict) -> None:
+                if rec["id"] in seen_ids:
+                    skip(ImportRecordError(f"{rec.get('_where', '')}: field 'id': duplicate "
+                                           f"id {rec['id']!r}", "duplicate id"))
+                    return
+                seen_ids.add(rec["id"])
+                rec.pop("_where", None)
+                sink.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+                report.streams += 1
+
+            pending: list[tuple[str, list[dict], Any, int, dict]] = []
+
+            inflight: list[tuple] = []
+
+            def drain() -> None:
+                # Write the chunk whose encoding runs in the background, in input order.
+                if not inflight:
+                    return
+                assert renderer is not None
+                chunk, items, out_, keys, future = inflight.pop()
+                results = renderer.finish(items, out_, keys, *future.result())
+                for (where, _, _, _, rec), res in zip(chunk, results):
+                    if isinstance(res, ImportRecordError):
+                        skip(res)
+                        continue
+                    rec["prompt_ids"], rec["output_ids"], had_end = res
+                    report.no_end_token += not had_end
+                    write(rec)
+
+            def flush() -> None:
+                # Render this chunk here while the previous one is encoded in a thread.
+                assert renderer is not None and pool is not None
+                items = [(w, m, t, k) for w, m, t, k, _ in pending]
+                out_, keys, ps, ts = renderer.render(items)
+                if not renderer.encode_checked:
+                    drain()  # the first encoding checks itself alone
+                future = pool.submit(renderer.encode, ps, ts)
+                drain()
+                inflight.append((list(pending), items, out_, keys, future))
+                pending.clear()
+
+            for path in files:
+                def tick(pos: int) -> None:
+                    if progress is not None:
+                        progress(min(base + pos, total), total)
+
+                for where, record in _records(path, tick):
+                    report.records += 1
+                    try:
+                        if isinstance(record, ImportRecordError):
+                            raise record
+                        if format == "token-ids":
+                            rec = _token_record(record, where, fields)
+                            rec["_where"] = where
+                            write(rec)
+                            continue
+                        messages, tools = _messages(record, where, format)
+                        turns = conversation_turns(messages)
+                        if not turns:
+                            raise ImportRecordError(f"{where}: no assistant message after "
+                                                    "another message (nothing the model "
+                                                    "generated)", "no assistant turn")
+                    except ImportRecordError as e:
+                        skip(e)
+                        continue
+                    cid = _conv_id(record, where)
+                    meta = _metadata(record)
+                    for n, k in enumerate(turns):
+                        rec = {"id": f"{cid}#{n}",
+                               "prompt_ids": None, "output_ids": None, **meta,
+                               "conversation": cid, "turn": n, "_where": where}
+                        pending.append((where, messages, tools, k, rec))
+                    if len(pending) >= _CHUNK:
+                        flush()
+                base += path.stat().st_size
+            if pending:
+                flush()
+            drain()
+        report.skipped = dict(skipped)
+        if report.streams == 0:
+            why = f" (skipped: {', '.join(f'{c} {r}' for r, c in skipped.items())})" \
+                if skipped else ""
+            first = f"; first: {report.errors[0]}" if report.errors else ""
+            raise StreamError(f"nothing to write: no record could be imported{why}{first}")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would have made it (not 0600)
+        os.replace(tmp, out_path)
+        tmp = ""
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return report
