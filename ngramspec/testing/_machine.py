@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, Verbosity, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, \
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, \
     run_state_machine_as_test
 
 try:  # the shrink deadline is not public API: used where it exists
@@ -26,7 +27,18 @@ REQUIRED = ("insert", "match", "erase", "reset")
 
 
 class DrafterMismatch(AssertionError):
-    """The drafter under test differs from the reference; the message is a replay script."""
+    """The drafter under test differs from the reference; the message is a replay script.
+
+    ``config``, ``ops`` (:class:`~ngramspec.testing.strategies.Op`) and ``failure`` hold the
+    counterexample itself."""
+
+    def __init__(self, config: NgramConfig, ops: list[nst.Op], failure: str) -> None:
+        self.config, self.ops, self.failure = config, ops, failure
+        super().__init__(f"the drafter differs from the reference after {len(ops)} "
+                         f"operations; replay:\n\n{replay_script(config, ops, failure)}")
+
+    def __reduce__(self):  # picklable, for test runners that ship exceptions around
+        return (type(self), (self.config, self.ops, self.failure))
 
 
 def make_checked(make_cache: Callable[[NgramConfig], Any], config: NgramConfig) -> Any:
@@ -70,6 +82,8 @@ def replay_script(config: NgramConfig, ops: list[nst.Op], failure: str) -> str:
                          f"                    ref.{call})")
         else:
             lines.append(f"cache.{call}; ref.{call}")
+    if failure.startswith("len(cache)"):
+        lines.append("assert len(cache) == len(ref)")
     return "\n".join(lines) + "\n# fails with:\n" + "\n".join("# " + s for s in
                                                           failure.splitlines())
 
@@ -92,51 +106,92 @@ def _machine(make_cache: Callable[[NgramConfig], Any], profile: str, stateful: b
             self.next_op = nst.next_operation(config, vocab, nst.History(), stateful=stateful)
 
         def _fail(self, failure: str) -> None:
-            raise DrafterMismatch(
-                f"the drafter differs from the reference after {len(self.ops)} operations; "
-                f"replay:\n\n{replay_script(self.config, self.ops, failure)}")
+            raise DrafterMismatch(self.config, list(self.ops), failure)
 
         @rule(data=st.data())
         def step(self, data: st.DataObject) -> None:
             op = data.draw(self.next_op, label="op")
             self.ops.append(op)
-            want = nst.apply(self.ref, op)
-            try:
-                got = nst.apply(self.cache, op)
-            except Exception as e:  # a valid operation must not raise
-                self._fail(f"cache.{op.call()} raised {type(e).__name__}: {e}")
-            if op.kind == "match":
-                try:
-                    diff = describe_difference(got, want, names=("cache", "reference"))
-                except TypeError as e:
-                    raise TypeError(f"cache.match(...) returned {type(got).__name__}: {e}"
-                                    ) from None
-                if diff is not None:
-                    self._fail(diff)
-
-        @invariant()
-        def same_size(self) -> None:
-            # Node counts, where the drafter under test reports one (len()).
-            if not hasattr(self, "cache") or not hasattr(type(self.cache), "__len__"):
-                return
-            got, want = len(self.cache), len(self.ref)
-            if got != want:
-                self._fail(f"len(cache) == {got}, the reference has {want} trie nodes")
-
-        @invariant()
-        def user_comparison(self) -> None:
-            if compare is None or not hasattr(self, "cache"):
-                return
-            try:
-                compare(self.cache, self.ref)
-            except AssertionError as e:
-                self._fail(f"compare(cache, ref) failed: {type(e).__name__}: {e}")
+            failure = _check_step(self.cache, self.ref, op, compare)
+            if failure is not None:
+                self._fail(failure)
 
     return DrafterVsReference
 
 
+def _check_step(cache: Any, ref: NgramCache, op: nst.Op,
+                compare: Callable[[Any, NgramCache], None] | None) -> str | None:
+    """Apply ``op`` to both caches; what differs afterwards, or None."""
+    want = nst.apply(ref, op)
+    try:
+        got = nst.apply(cache, op)
+    except Exception as e:  # a valid operation must not raise
+        return f"cache.{op.call()} raised {type(e).__name__}: {e}"
+    if op.kind == "match":
+        try:
+            diff = describe_difference(got, want, names=("cache", "reference"))
+        except TypeError as e:
+            raise TypeError(f"cache.match(...) returned {type(got).__name__}: {e}") from None
+        if diff is not None:
+            return diff
+    # Node counts, where the drafter under test reports one (len()).
+    if hasattr(type(cache), "__len__"):
+        n_got, n_want = len(cache), len(ref)
+        if n_got != n_want:
+            return f"len(cache) == {n_got}, the reference has {n_want} trie nodes"
+    if compare is not None:
+        try:
+            compare(cache, ref)
+        except AssertionError as e:
+            return f"compare(cache, ref) failed: {type(e).__name__}: {e}"
+    return None
+
+
+def _replay(make_cache: Callable[[NgramConfig], Any], config: NgramConfig, ops: list[nst.Op],
+            compare: Callable[[Any, NgramCache], None] | None) -> tuple[int, str] | None:
+    """(index of the failing op, failure) when ``ops`` on fresh caches fail, else None."""
+    cache, ref = make_checked(make_cache, config), NgramCache(config=config, backend="reference")
+    for k, op in enumerate(ops):
+        failure = _check_step(cache, ref, op, compare)
+        if failure is not None:
+            return k, failure
+    return None
+
+
+def _simplify(make_cache: Callable[[NgramConfig], Any], found: "DrafterMismatch",
+              compare: Callable[[Any, NgramCache], None] | None,
+              seconds: float) -> "DrafterMismatch":
+    """Greedy clean-up after Hypothesis's shrinker: drop whole operations and empty sequences
+    while the replay still fails (cheap: no strategies, concrete operations)."""
+    config, ops, failure = found.config, list(found.ops), found.failure
+    stop = time.perf_counter() + seconds
+
+    def fails(candidate: list[nst.Op]) -> tuple[int, str] | None:
+        try:
+            return _replay(make_cache, config, candidate, compare)
+        except Exception:  # a candidate the cache cannot even replay is not simpler
+            return None
+
+    k = len(ops) - 1
+    while k >= 0 and time.perf_counter() < stop:
+        trimmed = []
+        if ops[k].kind == "insert" and any(not s for s in ops[k].sequences):
+            kept = tuple(s for s in ops[k].sequences if s)
+            trimmed = [ops[:k] + ([dataclasses.replace(ops[k], sequences=kept)] if kept
+                                  else []) + ops[k + 1:]]
+        for candidate in [ops[:k] + ops[k + 1:]] + trimmed:
+            result = fails(candidate)
+            if result is not None:
+                ops, failure = candidate[:result[0] + 1], result[1]
+                break
+        k = min(k, len(ops)) - 1
+    return DrafterMismatch(config, ops, failure)
+
+
+
+
 def check_drafter(make_cache: Callable[[NgramConfig], Any], *, profile: str = "sglang-0.5.23",
-                  max_examples: int = 150, steps: int = 25, stateful: bool = True,
+                  max_examples: int = 200, steps: int = 25, stateful: bool = True,
                   tight: bool | None = None,
                   compare: Callable[[Any, NgramCache], None] | None = None,
                   shrink_seconds: float = 20.0, derandomize: bool = True) -> None:
@@ -209,6 +264,9 @@ def check_drafter(make_cache: Callable[[NgramConfig], Any], *, profile: str = "s
             max_examples=max_examples, stateful_step_count=steps, deadline=None,
             derandomize=derandomize, database=None, verbosity=Verbosity.quiet,
             suppress_health_check=list(HealthCheck)))
+    except DrafterMismatch as found:
+        raise _simplify(make_cache, found, compare, seconds=min(5.0, shrink_seconds)) \
+            from None
     finally:
         if before is not None:
             setattr(_engine, limit, before)

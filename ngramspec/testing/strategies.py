@@ -228,7 +228,7 @@ def match_contexts(vocab: tuple[int, int], config: NgramConfig,
 def _stateful_match(draw: Any, vocab: tuple[int, int], config: NgramConfig,
                     history: History) -> Op:
     ids = draw(st.lists(st.sampled_from(REQUEST_IDS), min_size=1, max_size=3, unique=True))
-    if history.erased_lens and draw(st.booleans()):
+    if history.erased_lens and draw(st.integers(0, 3)):
         # Reuse an erased id: stale state after erase is a classic port bug.
         again = draw(st.sampled_from(sorted(history.erased_lens, key=str)))
         ids = [again] + [i for i in ids if i != again][:2]
@@ -248,11 +248,16 @@ def _stateful_match(draw: Any, vocab: tuple[int, int], config: NgramConfig,
             if rid in lens:
                 # The same length again, a jump, or a step back (which rebuilds the state).
                 total = lens[rid] + step
-            elif rid in history.erased_lens and draw(st.booleans()):
-                # An erased id reused, its length going on from where it stopped: what a
-                # port that keys states by batch slot sees.
+            elif rid in history.erased_lens:
+                # An erased id reused, its length going on from where it stopped (what a port
+                # that keys states by batch slot sees), its context the full window.
                 total = history.erased_lens.pop(rid) + draw(st.sampled_from([0, 1, 2]))
-            elif draw(st.integers(0, 3)):
+                short = min(window, total) - len(ctx)
+                if short > 0:
+                    ctx = draw(st.lists(st.integers(*vocab), min_size=short,
+                                        max_size=short)) + ctx
+                ctx = ctx[-min(window, total):]
+            elif draw(st.integers(0, 7)):
                 # A new request as SGLang's worker sends it: its last `window` tokens.
                 ctx = ctx[-window:]
                 total = len(ctx) + (draw(st.sampled_from([0, 1, 3, 10]))
@@ -285,7 +290,7 @@ def operations(draw: Any, config: NgramConfig, *, vocab: tuple[int, int] | None 
 @st.composite
 def _erase(draw: Any, history: History) -> Op:
     ids = draw(st.lists(st.sampled_from(REQUEST_IDS + ("zz",)), max_size=2, unique=True))
-    if history.lens and draw(st.booleans()):  # mostly live requests, as in serving
+    if history.lens and draw(st.integers(0, 3)):  # mostly live requests, as in serving
         live = draw(st.sampled_from(sorted(history.lens, key=str)))
         ids = [live] + [i for i in ids if i != live][:1]
     return history.erased(Op("erase", request_ids=tuple(ids)))
@@ -301,6 +306,7 @@ def next_operation(config: NgramConfig, vocab: tuple[int, int], history: History
     choices = [inserts, inserts, stateless]
     if stateful and config.stateful and config.match_type != "ADAPTIVE":
         stateful_match = _stateful_match(vocab, config, history)
-        choices += [stateful_match, stateful_match, _erase(history)]
+        erase = _erase(history)
+        choices += [stateful_match, stateful_match, stateful_match, erase, erase]
     choices.append(st.just(Op("reset")).map(history.reset))
     return st.one_of(*choices)
