@@ -247,7 +247,8 @@ def _stateful_match(draw: Any, vocab: tuple[int, int], config: NgramConfig,
             ctx = draw(_context(vocab, config, history))
             if rid in lens:
                 # The same length again, a jump, or a step back (which rebuilds the state).
-                total = lens[rid] + step
+                total = max(1, lens[rid] + step)
+                ctx = ctx[-total:]
             elif rid in history.erased_lens:
                 # An erased id reused, its length going on from where it stopped (what a port
                 # that keys states by batch slot sees), its context the full window.
