@@ -16,7 +16,10 @@ def _steps(concurrency):
 
 
 class Match:
-    """Stateful match of one serving step, on a trie built by replaying the streams."""
+    """Stateful match of one serving step, on a trie built by replaying the first half of the
+    streams: each call matches the next step of the second half with its request ids and
+    total lengths, so every request's state advances incrementally, as in serving (the trie is
+    not updated between these matches; inserts are timed by ``StepInsert``)."""
 
     params = (["BFS", "PROB"], [1, 8, 48, 64])
     param_names = ["match_type", "batch"]
@@ -25,14 +28,22 @@ class Match:
         self.cache = ns.NgramCache(**DEFAULTS, match_type=match_type, capacity=1_000_000)
         self.cache.warmup()
         steps = _steps(batch)
-        for ctxs, ids, lens in steps:
+        half = len(steps) // 2
+        for ctxs, ids, lens in steps[:half]:
             self.cache.match(ctxs, request_ids=ids, total_lens=lens)
             self.cache.insert(ctxs)
-        self.step = steps[len(steps) // 2]
+        self.steps = steps[half:]
+        self.ids = sorted({i for _, ids, _ in self.steps for i in ids}, key=str)
+        self.next = 0
 
     def time_match(self, match_type, batch):
-        ctxs, ids, lens = self.step
-        self.cache.match(ctxs)
+        if self.next == len(self.steps):
+            # Back to the first step: its total lengths would go backwards; start afresh.
+            self.cache.erase(self.ids)
+            self.next = 0
+        ctxs, ids, lens = self.steps[self.next]
+        self.next += 1
+        self.cache.match(ctxs, request_ids=ids, total_lens=lens)
 
 
 class StepInsert:

@@ -1,9 +1,8 @@
-import os
 import gzip
 import json
+import os
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, settings
 
 DATA = Path(__file__).parent / "data"
@@ -16,13 +15,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def load_golden(name: str) -> dict:
+    """A gzipped JSON file of tests/data (SGLang's own golden files live in the package:
+    ngramspec.testing.golden_scenarios)."""
     with gzip.open(DATA / name, "rt") as f:
         return json.load(f)
-
-
-@pytest.fixture(scope="session")
-def golden_0523() -> dict:
-    return load_golden("sglang-0.5.23-golden.json.gz")
-
-import sys
-sys.path.insert(0, str(Path(__file__).parent))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from test_drafter import recorded_streams
+from helpers import recorded_streams
 
 BACKENDS = ["reference", "numba"]
 

@@ -13,13 +13,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from test_properties import brute_force_links, build, scenarios
-
-
-def recorded_streams(limit: int) -> list[dict]:
-    with gzip.open(files("ngramspec") / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz", "rt") as f:
-        rows = [json.loads(line) for line in f]
-    return rows[::max(1, len(rows) // limit)][:limit]
+from helpers import brute_force_links, build, recorded_streams, scenarios
 
 
 def recorded_argmax(drafts: ns.DraftBatch, b: int, output: list[int], done: int) -> np.ndarray:

@@ -16,7 +16,7 @@ import ngramspec as ns
 from ngramspec._canonical import CanonicalContent
 from ngramspec.engine import EngineBackend
 from ngramspec.reference.backend import ReferenceBackend
-from test_engine_vs_reference import configs, seqs
+from ngramspec.testing.strategies import configs, token_sequences
 
 _ARRAYS = ("node_token", "node_parent", "node_freq", "state_epoch", "state_processed_len",
            "state_count", "state_refs")
@@ -45,18 +45,20 @@ def _same_drafts(ref, eng, ctxs, keys, lens) -> None:
 @settings(max_examples=60)
 @given(configs(), st.sampled_from([(0, 3), (0, 40), (-(2**31), 2**31 - 1)]), st.data())
 def test_round_trip_drafts_as_the_reference(cfg, vocab, data):
-    config = ns.NgramConfig(**cfg)
+    config = cfg
     ref, eng = ReferenceBackend(config), EngineBackend(config)
     # Ids of both kinds, so that the canonical order (ints first, then strings) matters.
     ids = ["b", 3, "a", 1]
     lens = {k: 0 for k in ids}
 
     def step(backends):
-        batch = [_arr(s) for s in data.draw(st.lists(seqs(vocab), min_size=1, max_size=3))]
+        batch = [_arr(s) for s in data.draw(st.lists(token_sequences(vocab), min_size=1,
+                                                     max_size=3))]
         for b in backends:
             b.insert(batch)
         keys = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
-        ctxs = [_arr(s) for s in data.draw(st.lists(seqs(vocab, cfg["max_trie_depth"] + 3, 1),
+        contexts = token_sequences(vocab, min_size=1, max_size=cfg.max_trie_depth + 3)
+        ctxs = [_arr(s) for s in data.draw(st.lists(contexts,
                                                     min_size=len(keys), max_size=len(keys)))]
         for k, c in zip(keys, ctxs):
             lens[k] = max(lens[k], c.size) + data.draw(st.integers(0, 2))

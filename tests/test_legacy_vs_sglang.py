@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import sys
 from importlib.resources import files
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -21,8 +19,7 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from peers import sglang as sglang_peer  # noqa: E402
+from benchmarks.peers import sglang as sglang_peer
 
 pytestmark = pytest.mark.sglang
 

@@ -7,17 +7,14 @@ against ``ns.simulate``; ArcticInference only under the opt-in ``arctic`` marker
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import drafter_replay as dr  # noqa: E402
-from peers.prompt_lookup import PromptLookupProposer, prompt_lookup  # noqa: E402
+from benchmarks import drafter_replay as dr
+from benchmarks.peers.prompt_lookup import PromptLookupProposer, prompt_lookup
 
 
 class Scripted:
@@ -151,7 +148,7 @@ def test_ngramspec_adapter_send_real_only():
 
 @pytest.mark.arctic
 def test_arctic_on_the_corpus():
-    from peers import arctic
+    from benchmarks.peers import arctic
     try:
         arctic.build()
     except arctic.PeerUnavailable as e:

@@ -14,24 +14,10 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 import ngramspec.persist as persist
+from helpers import STATE_ARRAYS, assert_same_content
+from helpers import canonical as _canonical
 
 BACKENDS = ["numba", "reference"]
-STATE_ARRAYS = ("state_epoch", "state_processed_len", "state_count", "state_refs")
-
-
-def _canonical(cache: ns.NgramCache) -> tuple[int, dict[str, np.ndarray], list]:
-    """``(epoch, arrays, request ids)``: a cache's canonical content (what a file holds)."""
-    c = cache._canonical()
-    names = ("node_token", "node_parent", "node_freq") + STATE_ARRAYS
-    return c.epoch, {n: getattr(c, n).copy() for n in names}, list(c.request_ids)
-
-
-def assert_same_content(a: ns.NgramCache, b: ns.NgramCache) -> None:
-    ea, xa, ka = _canonical(a)
-    eb, xb, kb = _canonical(b)
-    assert (ea, ka) == (eb, kb)
-    for name in xa:
-        assert_array_equal(xa[name], xb[name], err_msg=name)
 
 
 @st.composite

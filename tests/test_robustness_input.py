@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from test_persist import _canonical
+from helpers import canonical as _canonical
 
 BACKENDS = ["numba", "reference"]
 CFG = dict(max_trie_depth=6, draft_token_num=6, capacity=40)

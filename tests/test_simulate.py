@@ -3,9 +3,6 @@ through the public cache API, through ``Drafter``, and (opt-in) through SGLang's
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -115,10 +112,15 @@ def replay_drafter(cfg: ns.NgramConfig, rows: list[dict], concurrency: int) -> l
     return steps
 
 
+def assert_lists_equal(got: list, want: list) -> None:
+    """Per-request arrays equal, and as many of them (zip alone would stop at the shorter)."""
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert_array_equal(a, b)
+
+
 def assert_steps_equal(result: ns.SimulationResult, want: list[list[int]]) -> None:
-    assert len(result.emitted) == len(want)
-    for got, w in zip(result.emitted, want):
-        assert_array_equal(got, np.asarray(w, dtype=np.int32))
+    assert_lists_equal(result.emitted, [np.asarray(w, dtype=np.int32) for w in want])
 
 
 CASES = [(mt, c) for mt in ("BFS", "PROB") for c in (1, 4)]
@@ -165,15 +167,12 @@ def test_step_by_step_paths_equal_compiled_loop(corpus, backend):
     outputs = [np.asarray(r["output_ids"], np.int32) for r in rows]
     emitted, drafts, _, steps, _ = _replay_stepwise(prompts, outputs, cfg, 3, backend,
                                             [r["id"] for r in rows], None)
-    for a, b in zip(compiled.emitted, emitted):
-        assert_array_equal(a, b)
-    for a, b in zip(compiled.drafts, drafts):
-        assert_array_equal(a, b)
+    assert_lists_equal(compiled.emitted, emitted)
+    assert_lists_equal(compiled.drafts, drafts)
     assert steps == compiled.batch_steps
     if backend == "reference":
         via_simulate = ns.simulate(rows, config=cfg, concurrency=3, backend="reference")
-        for a, b in zip(compiled.emitted, via_simulate.emitted):
-            assert_array_equal(a, b)
+        assert_lists_equal(compiled.emitted, via_simulate.emitted)
 
 
 def test_small_capacity_eviction_equals_public_api(corpus):
@@ -253,8 +252,7 @@ def test_absurd_concurrency_is_clamped(backend):
         r = ns.simulate(rows, config=cfg, concurrency=huge, backend=backend)
         assert r.concurrency == 3
         want = ns.simulate(rows, config=cfg, concurrency=3, backend=backend)
-        for a, b in zip(r.emitted, want.emitted):
-            assert_array_equal(a, b)
+        assert_lists_equal(r.emitted, want.emitted)
         assert r.batch_steps == want.batch_steps
 
 
@@ -303,8 +301,7 @@ def test_compiled_loop_equals_public_api_on_random_streams(run):
 @pytest.mark.sglang
 @pytest.mark.parametrize("match_type,concurrency", CASES)
 def test_compiled_loop_equals_sglang_driven_loop(corpus, match_type, concurrency):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from peers import sglang as peer
+    from benchmarks.peers import sglang as peer
 
     try:
         peer.build()

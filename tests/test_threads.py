@@ -9,7 +9,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from test_persist import _canonical
+from helpers import canonical as _canonical
 
 
 class Recorder:

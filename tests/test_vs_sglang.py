@@ -10,8 +10,6 @@ per node.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -20,8 +18,7 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from peers import sglang as sglang_peer  # noqa: E402
+from benchmarks.peers import sglang as sglang_peer
 
 pytestmark = pytest.mark.sglang
 

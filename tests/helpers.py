@@ -1,0 +1,84 @@
+"""Helpers shared by several test modules (the one home for them: test modules import this,
+never each other).  Strategies for drafters live in the package: ngramspec.testing.strategies."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from importlib.resources import files
+
+import numpy as np
+from hypothesis import strategies as st
+from numpy.testing import assert_array_equal
+
+import ngramspec as ns
+
+STATE_ARRAYS = ("state_epoch", "state_processed_len", "state_count", "state_refs")
+
+
+def canonical(cache: ns.NgramCache) -> tuple[int, dict[str, np.ndarray], list]:
+    """``(epoch, arrays, request ids)``: a cache's canonical content (what a file holds)."""
+    c = cache._canonical()
+    names = ("node_token", "node_parent", "node_freq") + STATE_ARRAYS
+    return c.epoch, {n: getattr(c, n).copy() for n in names}, list(c.request_ids)
+
+
+def assert_same_content(a: ns.NgramCache, b: ns.NgramCache) -> None:
+    ea, xa, ka = canonical(a)
+    eb, xb, kb = canonical(b)
+    assert (ea, ka) == (eb, kb)
+    for name in xa:
+        assert_array_equal(xa[name], xb[name], err_msg=name)
+
+
+def recorded_streams(limit: int) -> list[dict]:
+    with gzip.open(files("ngramspec") / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f]
+    return rows[::max(1, len(rows) // limit)][:limit]
+
+
+@st.composite
+def scenarios(draw):
+    depth = draw(st.integers(2, 8))
+    lo = draw(st.integers(1, 4))
+    hi = draw(st.integers(lo, lo + 8))
+    cfg = dict(max_trie_depth=depth, min_bfs_breadth=lo, max_bfs_breadth=hi,
+               draft_token_num=draw(st.integers(1, 24)),
+               match_type=draw(st.sampled_from(["BFS", "PROB"])),
+               capacity=draw(st.one_of(st.integers(depth + 1, depth + 12),
+                                       st.integers(depth + 13, 400))))
+    vocab = draw(st.integers(2, 6))
+    tok = st.integers(-1, vocab - 2)  # a negative id and token 0 included
+    inserts = draw(st.lists(st.lists(st.lists(tok, max_size=14), min_size=1, max_size=3),
+                            min_size=1, max_size=6))
+    contexts = draw(st.lists(st.lists(tok, min_size=1, max_size=depth + 3), min_size=1,
+                             max_size=4))
+    return cfg, inserts, contexts
+
+
+def brute_force_links(mask: np.ndarray):
+    """depth, parent, next_token, next_sibling of one request, straight from the definitions."""
+    n = mask.shape[0]
+    depth = [sum(bool(mask[t, j]) for j in range(t)) for t in range(n)]
+    parent = [max([j for j in range(t) if mask[t, j]], default=-1) for t in range(n)]
+    next_token = [min([i for i in range(t + 1, n) if mask[i, t]], default=-1) for t in range(n)]
+    next_sibling = []
+    for t in range(n):
+        p = parent[t]
+        if p == -1:
+            next_sibling.append(-1)
+            continue
+        cands = [i for i in range(t + 1, n)
+                 if mask[i, p] and not any(mask[i, j] for j in range(p + 1, i))]
+        next_sibling.append(min(cands, default=-1))
+    return depth, parent, next_token, next_sibling
+
+
+def build(backend, cfg, inserts):
+    cache = ns.NgramCache(backend=backend, **cfg)
+    for batch in inserts:
+        cache.insert(batch)
+        assert len(cache) <= cfg["capacity"]
+    return cache
+
+
