@@ -188,7 +188,7 @@ def test_token_sequences_reach_int32_extremes_and_repeats():
     seen: set[int] = set()
     repeats = []
 
-    @settings(max_examples=200, deadline=None, database=None)
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(nst.token_sequences((nst.INT32_MIN, nst.INT32_MAX), max_size=12))
     def draw(seq):
         seen.update(seq)
@@ -204,7 +204,8 @@ def test_operations_cover_every_kind_and_total_len_moves():
     moves: set[str] = set()
     config = ns.NgramConfig(max_trie_depth=4, capacity=50)
 
-    @settings(max_examples=150, deadline=None, database=None)
+    # A coverage claim about the strategy: derandomized, so the draw (and the verdict) is fixed.
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
     @given(nst.operations(config, max_size=15))
     def draw(ops):
         last: dict = {}
