@@ -58,7 +58,7 @@ def stream_documents() -> list[np.ndarray]:
     return [np.asarray(r["prompt_ids"] + r["output_ids"], np.int32) for r in load_rows()]
 
 
-def time_build(stream: np.ndarray, repeats: int) -> dict:
+def measure_build(stream: np.ndarray, repeats: int) -> dict:
     FlatAutomaton.build(stream[:1000], prob=False)  # compile (or load) the kernel
     ours, theirs = [], []
     for _ in range(repeats):
@@ -123,7 +123,7 @@ def measure_memory(stream: np.ndarray, tmp: Path) -> dict:
     return out
 
 
-def time_match(corpora: dict[str, list], steps, cfg: dict, repeats: int) -> dict:
+def measure_match(corpora: dict[str, list], steps, cfg: dict, repeats: int) -> dict:
     ours_t, theirs_t = [], []
     requests = sum(len(c) for c, _, _ in steps)
     for _ in range(repeats):
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         for name, stream in (("zipf", zipf), ("streams", streams)):
-            report["build"][name] = time_build(stream, args.repeats)
+            report["build"][name] = measure_build(stream, args.repeats)
             report["memory"][name] = measure_memory(stream, Path(tmp))
             print(name, "build", json.dumps(report["build"][name]), flush=True)
             print(name, "memory", json.dumps(report["memory"][name]), flush=True)
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
         for b in args.batch:
             steps = trace(rows, b)
             key = f"{match_type}-batch{b}"
-            report["match"][key] = time_match(corpora, steps, cfg, max(1, args.repeats // 2))
+            report["match"][key] = measure_match(corpora, steps, cfg, max(1, args.repeats // 2))
             print(key, json.dumps(report["match"][key]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
