@@ -27,6 +27,7 @@ import numpy as np
 
 from .._jit import jit
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
+from .tree import _map_get as map_get, _map_insert as map_insert, fill_layout
 
 __all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "SEPARATOR"]
 
@@ -305,78 +306,15 @@ def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
 
 
 @jit
-def _bucket(token, bucket_count):
-    # (size_t)(int64)token % bucket_count, in signed arithmetic: 2**64 = (2**32)**2.
-    k = np.int64(token)
-    if k >= 0:
-        return k % bucket_count
-    r = np.int64(4294967296) % bucket_count
-    r = (r * r) % bucket_count
-    return (r + k % bucket_count) % bucket_count
-
-
-@jit
-def _place(par, idx, bucket_count, t_tok, t_head, t_next):
-    b = _bucket(t_tok[idx], bucket_count)
-    prev = -1
-    cur = t_head[par]
-    while cur != -1:
-        if _bucket(t_tok[cur], bucket_count) == b:
-            break
-        prev = cur
-        cur = t_next[cur]
-    if cur == -1:
-        t_next[idx] = t_head[par]
-        t_head[par] = idx
-    else:
-        t_next[idx] = cur
-        if prev == -1:
-            t_head[par] = idx
-        else:
-            t_next[prev] = idx
-
-
-@jit
 def _map_insert(par, idx, token, tree, order):
     """Child ``idx`` with ``token`` under ``par``, in libstdc++ unordered_map order."""
     t_tok, t_head, t_next, t_cnt, t_bc = tree
-    t_tok[idx] = token
-    t_next[idx] = -1
-    t_head[idx] = -1
-    t_cnt[idx] = 0
-    t_bc[idx] = 1
-    bc = t_bc[par]
-    threshold = 0 if bc == 1 else bc
-    if t_cnt[par] + 1 > threshold:
-        new_bc = bc
-        for c in _BUCKET_COUNTS:
-            if c > bc:
-                new_bc = c
-                break
-        n = 0
-        cur = t_head[par]
-        while cur != -1:
-            order[n] = cur
-            n += 1
-            cur = t_next[cur]
-        t_head[par] = -1
-        for k in range(n):
-            _place(par, order[k], new_bc, t_tok, t_head, t_next)
-        t_bc[par] = new_bc
-        bc = new_bc
-    _place(par, idx, bc, t_tok, t_head, t_next)
-    t_cnt[par] += 1
+    map_insert(par, idx, token, t_tok, t_head, t_next, t_cnt, t_bc, _BUCKET_COUNTS, order)
 
 
 @jit
 def _map_get(par, token, tree):
-    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
-    cur = t_head[par]
-    while cur != -1:
-        if t_tok[cur] == token:
-            return cur
-        cur = t_next[cur]
-    return -1
+    return map_get(par, token, tree[0], tree[1], tree[2])
 
 
 @jit
@@ -396,40 +334,8 @@ def _tree_reset(tree):
 @jit
 def _fill(last_token, n, tree, q_idx, slot_parent, out_tokens, out_mask):
     """SGLang's ``fillResult``: level order, siblings in map order, padding, ancestor mask."""
-    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
-    out_tokens[0] = last_token
-    slot_parent[0] = -1
-    count = 1
-    head = 0
-    tail = 0
-    cur = t_head[0]
-    while cur != -1:
-        q_idx[tail] = cur
-        slot_parent[tail + 1] = 0
-        tail += 1
-        cur = t_next[cur]
-    while head < tail:
-        idx = q_idx[head]
-        head += 1
-        slot = count
-        out_tokens[slot] = t_tok[idx]
-        count += 1
-        ch = t_head[idx]
-        while ch != -1:
-            q_idx[tail] = ch
-            slot_parent[tail + 1] = slot
-            tail += 1
-            ch = t_next[ch]
-    for i in range(count, n):
-        out_tokens[i] = 0
-        slot_parent[i] = 0
-    out_mask[:, :] = False
-    for i in range(n):
-        p = slot_parent[i]
-        if p != -1:
-            for j in range(p + 1):
-                out_mask[i, j] = out_mask[p, j]
-        out_mask[i, i] = True
+    fill_layout(last_token, n, tree[0], tree[1], tree[2], q_idx, slot_parent, out_tokens,
+                out_mask)
 
 
 @jit

@@ -317,8 +317,14 @@ def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
 def fill_result(last_token, n, sc, out_tokens, out_mask):
     """Level-order layout and ancestor mask of the tree in ``sc`` (any scratch bundle with
     ``t_tok``, ``t_head``, ``t_next``, ``order``, ``slot_parent``) into one request's row."""
-    t_tok, t_head, t_next, q_idx, slot_parent = (sc.t_tok, sc.t_head, sc.t_next, sc.order,
-                                                 sc.slot_parent)
+    fill_layout(last_token, n, sc.t_tok, sc.t_head, sc.t_next, sc.order, sc.slot_parent,
+                out_tokens, out_mask)
+
+
+@jit_inline
+def fill_layout(last_token, n, t_tok, t_head, t_next, q_idx, slot_parent, out_tokens, out_mask):
+    """SGLang's ``fillResult`` on the tree's arrays: level order, siblings in map order,
+    token-0 padding, ancestor mask (``q_idx``, ``slot_parent``: scratch of ``n`` slots)."""
     out_tokens[0] = last_token
     slot_parent[0] = -1
     count = 1
