@@ -7,9 +7,6 @@ agree to accept is generated: valid budgets, corpora within the token cap, remov
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,9 +14,8 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from peers import sglang as sglang_peer  # noqa: E402
-from peers import sglang_sam  # noqa: E402
+from benchmarks.peers import sglang as sglang_peer
+from benchmarks.peers import sglang_sam
 
 pytestmark = pytest.mark.sglang
 
