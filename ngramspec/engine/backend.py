@@ -10,15 +10,14 @@ import numpy as np
 from .._jit import entry_point, jit, jit_inline
 from .._canonical import CanonicalContent
 from ..config import NgramConfig
-from ..stdorder import HASHTABLE_BUCKET_COUNTS
 from .match import States, match_anchors, new_states, window_anchors
-from .tree import build_bfs_scheduled, build_prob, fill_result, scratch_in, scratch_sizes
+from .tree import (BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, scratch_in,
+                   scratch_sizes)
 from .adaptive import adaptive_scratch, draft_adaptive
 from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel
 
 __all__ = ["EngineBackend"]
 
-_BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 
 
 @jit_inline
@@ -215,7 +214,7 @@ class EngineBackend:
         if not cfg.stateful:
             match_batch_windows(flat, offsets, cfg.min_match_window_size,
                                 cfg.max_match_window_size, params, self.trie.bundle,
-                                _BUCKET_COUNTS, self._buf, tokens, mask, num)
+                                BUCKET_COUNTS, self._buf, tokens, mask, num)
             return tokens, mask, num
         if keys is None:
             rows = np.zeros(b, np.int64)
@@ -224,7 +223,7 @@ class EngineBackend:
             rows = self._rows_of(keys)
             lens = _plain(np.asarray(total_lens, np.int64))
         args = (flat, offsets, rows, lens, keys is None, params, self.trie.bundle,
-                self.states, _BUCKET_COUNTS, self._buf, tokens, mask, num)
+                self.states, BUCKET_COUNTS, self._buf, tokens, mask, num)
         kernel = self._match_entry
         if kernel is None:
             kernel = self._match_entry = entry_point(match_batch, *args)
@@ -251,7 +250,7 @@ class EngineBackend:
         for i, ctx in enumerate(contexts):
             own = local[i] if local is not None else None
             num[i] = draft_adaptive(ctx, params, None if own is None else own.trie.bundle,
-                                    shared, _BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i])
+                                    shared, BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i])
         return tokens, mask, num, probs
 
     def erase(self, keys: Sequence[Hashable]) -> None:

@@ -44,17 +44,15 @@ import numpy as np
 
 from .._jit import jit, jit_inline
 from ..config import NgramConfig
-from ..stdorder import HASHTABLE_BUCKET_COUNTS
 from .adaptive import adaptive_scratch, draft_tree
 from .match import States, match_anchors, new_states, window_anchors
-from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
+from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
                    TrieArrays, _g_push_back, _g_push_front, _g_unlink, _ht_put,
                    _push_child_front, child_of, squeeze)
 
 __all__ = ["replay", "ReplayOutput"]
 
-_BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 
 # Return codes of the kernel.
 DONE, PAUSED, NEED_ROOM = 0, 1, 2
@@ -745,7 +743,7 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
         c0 = time.thread_time()
         w0 = time.perf_counter()
         code = replay_kernel(streams, cfg, fcfg, trie.bundle, local_list, states, (pcw, pcc),
-                             run, per_req, out, _BUCKET_COUNTS, 0 if first else chunk)
+                             run, per_req, out, BUCKET_COUNTS, 0 if first else chunk)
         if first:
             first = False
         else:

@@ -26,14 +26,13 @@ from typing import Sequence
 import numpy as np
 
 from .._jit import jit
-from ..stdorder import HASHTABLE_BUCKET_COUNTS
-from .tree import _map_get as map_get, _map_insert as map_insert, fill_layout
+from .tree import BUCKET_COUNTS, fill_layout
+from .tree import _map_get as map_get, _map_insert as map_insert
 
 __all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
 _SMALL = 16  # child ranges up to this size are sorted in place
-_BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 
 
 # Building -------------------------------------------------------------------------------------
@@ -309,7 +308,7 @@ def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
 def _map_insert(par, idx, token, tree, order):
     """Child ``idx`` with ``token`` under ``par``, in libstdc++ unordered_map order."""
     t_tok, t_head, t_next, t_cnt, t_bc = tree
-    map_insert(par, idx, token, t_tok, t_head, t_next, t_cnt, t_bc, _BUCKET_COUNTS, order)
+    map_insert(par, idx, token, t_tok, t_head, t_next, t_cnt, t_bc, BUCKET_COUNTS, order)
 
 
 @jit

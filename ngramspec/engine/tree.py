@@ -12,9 +12,13 @@ from collections import namedtuple
 import numpy as np
 
 from .._jit import jit, jit_inline
+from ..stdorder import HASHTABLE_BUCKET_COUNTS
 
-__all__ = ["Scratch", "new_scratch", "scratch_sizes", "scratch_in", "build_bfs", "build_bfs_scheduled", "build_prob",
-           "fill_result"]
+__all__ = ["Scratch", "new_scratch", "scratch_sizes", "scratch_in", "build_bfs",
+           "build_bfs_scheduled", "build_prob", "fill_result", "fill_layout", "BUCKET_COUNTS"]
+
+#: libstdc++'s bucket counts as the tree kernels take them (passed in: one array, not a global).
+BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
 
 #: Work arrays for drafting one request at a time (reused across a batch): the match kernel's
 #: ``m_scratch``, the anchors ``a_nodes``/``a_depths``; the tree (``t_tok``, ``t_head``,
