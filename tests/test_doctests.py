@@ -7,7 +7,7 @@ import pytest
 
 MODULES = ["ngramspec", "ngramspec.config", "ngramspec.stdorder", "ngramspec.cache",
            "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter",
-           "ngramspec.streams", "ngramspec.simulate", "ngramspec.costmodel",
+           "ngramspec.streams", "ngramspec.holdout", "ngramspec.simulate", "ngramspec.costmodel",
            "ngramspec.testing", "ngramspec.testing.strategies", "ngramspec.testing._compare",
            "ngramspec.testing._machine", "ngramspec.testing._golden"]
 
