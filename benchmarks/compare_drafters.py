@@ -37,7 +37,15 @@ Columns (pooled over all verify steps of the group's requests):
   The verify cost is taken as independent of the tree size; below 1.0 speculation slows
   decoding down (break-even at 30 / 12.2 = 2.46 tokens/step without drafting time).
 
-    python benchmarks/compare_drafters.py                   # all peers, all 133 streams
+Parts (``--parts``, default ``tune,holdout``): the fixed split of ``ngramspec.holdout`` (by
+conversation, per task); each part is replayed on its own from empty caches, so the hold-out
+figures come from traffic that no tuning step read (``all``: the 133 streams in one replay).
+After the tables, every ngramspec drafter is set against Arctic's curve over
+``max_spec_tokens`` (``benchmarks/holdout.py``): its tokens/step over Arctic's at the same
+real drafts per step, interpolated, never past Arctic's widest point (``-`` there).
+
+    python benchmarks/compare_drafters.py                   # all peers, tune and hold-out
+    python benchmarks/compare_drafters.py --parts all       # the 133 streams in one replay
     python benchmarks/compare_drafters.py --no-arctic --json out.json
 """
 
@@ -56,6 +64,7 @@ import ngramspec as ns
 
 sys.path.insert(0, str(Path(__file__).parent))
 import drafter_replay as dr  # noqa: E402
+import holdout as H  # noqa: E402
 
 #: (label, proposer name, settings).
 PEERS = [
@@ -74,6 +83,8 @@ PEERS = [
      dict(match_type="ADAPTIVE", index_prompt=True, exact_counts=True, min_token_prob=0.18,
           max_spec_factor=4.0, max_trie_depth=24, send="real")),
     ("ngramspec recommended()", "ngramspec", dict(recommended=True, send="real")),
+    ("ngramspec recommended() before issue 18 (min_token_prob 0.18, factor 4)", "ngramspec",
+     dict(recommended=True, min_token_prob=0.18, max_spec_factor=4.0, send="real")),
     ("ngramspec recommended(), draft only when E[accept] >= 2.46", "ngramspec",
      dict(recommended=True, min_expected_accept=2.46, send="real")),
     ("ngramspec recommended(), draft only when E[accept] >= 4", "ngramspec",
@@ -150,10 +161,31 @@ def table(out: dict, group: str) -> str:
     return "\n".join(lines)
 
 
+def ratio_table(outs: dict[str, dict], curves: dict[str, dict]) -> str:
+    """Every ngramspec drafter against Arctic at its own drafts/step, per part and group."""
+    parts = list(outs)
+    groups = list(next(iter(curves.values())))
+    lines = ["| drafter | part | " + " | ".join(groups) + " |",
+             "|---|---|" + "---:|" * len(groups)]
+    for label, r in next(iter(outs.values()))["results"].items():
+        if r["proposer"] != "ngramspec" or "send" not in r["settings"]:
+            continue
+        for part in parts:
+            cells = []
+            for g in groups:
+                f = outs[part]["results"][label]["groups"][g]
+                ref = H.at_width(curves[part][g], f["real_per_step"])
+                cells.append("-" if ref != ref else f"{f['tokens_per_step'] / ref:.3f}")
+            lines.append(f"| {label} | {part} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None,
-                        help="replay only the first N streams (default: all 133)")
+                        help="replay only the first N streams of each part (default: all)")
+    parser.add_argument("--parts", default="tune,holdout",
+                        help="comma-separated parts: tune, holdout, all (default tune,holdout)")
     parser.add_argument("--no-arctic", action="store_true", help="skip the Arctic peer")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the check of the SGLang replays against ns.simulate")
@@ -161,19 +193,38 @@ def main() -> None:
     parser.add_argument("--verify-ms", type=float, default=30.0)
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args()
-    rows = dr.load_rows(args.limit)
-    out = run(rows, arctic=not args.no_arctic, decode_ms=args.decode_ms,
-              verify_ms=args.verify_ms, check=not args.no_check)
-    groups = list(next(iter(out["results"].values()))["groups"]) if out["results"] else []
-    print(f"# Drafters on {len(rows)} recorded streams | concurrency 1, greedy replay | "
-          f"{platform.machine()}, {date.today().isoformat()} | cost model: decode "
-          f"{args.decode_ms} ms, verify {args.verify_ms} ms per step\n")
-    for g in ["overall"] + [g for g in groups if g != "overall"]:
-        print(table(out, g) + "\n")
-    for note in out["notes"]:
-        print(f"note: {note}")
+    names = [p.strip() for p in args.parts.split(",") if p.strip()]
+    bad = [p for p in names if p not in ("tune", "holdout", "all")]
+    if bad or not names:
+        parser.error(f"--parts takes tune, holdout and all, got {args.parts!r}")
+    all_rows = dr.load_rows()
+    split = H.load_parts(all_rows)
+    parts = {p: (all_rows if p == "all" else split[p])[:args.limit] for p in names}
+    outs, curves = {}, {}
+    for part, rows in parts.items():
+        out = run(rows, arctic=not args.no_arctic, decode_ms=args.decode_ms,
+                  verify_ms=args.verify_ms, check=not args.no_check)
+        outs[part] = out
+        groups = list(next(iter(out["results"].values()))["groups"]) if out["results"] else []
+        print(f"# Drafters on part {part!r} ({len(rows)} recorded streams) | concurrency 1, "
+              f"greedy replay | {platform.machine()}, {date.today().isoformat()} | cost model: "
+              f"decode {args.decode_ms} ms, verify {args.verify_ms} ms per step\n")
+        for g in ["overall"] + [g for g in groups if g != "overall"]:
+            print(table(out, g) + "\n")
+        for note in out["notes"]:
+            print(f"note: {note}")
+        if any(r["proposer"] == "arctic" for r in out["results"].values()):
+            curves[part] = H.arctic_curve(rows)
+    if curves:
+        widths = list(H.ARCTIC_WIDTHS)
+        print("### Arctic's curve: tokens/step @ drafts/step per max_spec_tokens\n")
+        print(H.curve_table(curves, widths) + "\n")
+        print("### ngramspec / Arctic at the same drafts per step (interpolated on its curve; "
+              "- : wider than its widest point)\n")
+        print(ratio_table({p: outs[p] for p in curves}, curves) + "\n")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+        Path(args.json).write_text(json.dumps({"parts": outs, "arctic_curve": curves},
+                                              indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def test_sglang_args_names():
 
 @pytest.mark.parametrize("cfg,names", [
     (NgramConfig.recommended(), ["index_prompt=True", "exact_counts=True", "local_index=True",
-                                 "min_token_prob=0.18", "match_type='ADAPTIVE'"]),
+                                 "min_token_prob=0.5", "match_type='ADAPTIVE'"]),
     (NgramConfig(index_prompt=True), ["index_prompt=True"]),
     (NgramConfig(match_type="ADAPTIVE"), ["match_type='ADAPTIVE'"]),
 ])
