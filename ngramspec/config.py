@@ -15,8 +15,9 @@ __all__ = ["NgramConfig", "MATCH_TYPES", "PROFILES", "PRESETS"]
 MATCH_TYPES = ("BFS", "PROB", "ADAPTIVE")
 #: Options beyond SGLang (all off by default): what ``Drafter`` and the ADAPTIVE builder add.
 BEYOND_SGLANG = ("index_prompt", "exact_counts", "local_index", "min_token_prob",
-                 "max_spec_factor", "min_expected_accept")
-_ADAPTIVE_ONLY = ("min_token_prob", "max_spec_factor", "min_expected_accept")
+                 "max_spec_factor", "min_expected_accept", "shared_pseudo_count")
+_ADAPTIVE_ONLY = ("min_token_prob", "max_spec_factor", "min_expected_accept",
+                  "shared_pseudo_count")
 _ADAPTIVE_MAX_DRAFT = 256
 #: SGLang releases whose drafter can be reproduced; the first is the default.
 PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
@@ -149,6 +150,13 @@ class NgramConfig:
         ADAPTIVE only: draft nothing when the expected accept length (``1 +`` the sum of the
         drafted probabilities) is below this: a step without drafts can run as a plain decode.
         The break-even of a cost model (verify time / decode time) is the natural value.
+    shared_pseudo_count : float
+        ADAPTIVE only (0 = off): the shared trie's estimates count for less where their
+        context is short.  Below a shared-trie node that continues a context of ``n`` tokens
+        (the anchor's length plus the depth below it), ``P(child) = freq(child) / (total +
+        shared_pseudo_count / n)``: n-grams learned from other requests predict a request's
+        next token less often than their counts say when the match is short (measured on the
+        tuning part), while long matches keep their counts.
     external_sam_budget : int
         ``sglang-0.5.23`` BFS/PROB only (default 0: corpora off).  Draft nodes per tree that
         the loaded external corpora share (:meth:`~ngramspec.NgramCache.add_corpus`);
@@ -201,6 +209,7 @@ class NgramConfig:
     min_token_prob: float = 0.0
     max_spec_factor: float = 0.0
     min_expected_accept: float = 0.0
+    shared_pseudo_count: float = 0.0
     external_sam_budget: int = 0
     external_corpus_max_tokens: int = 10_000_000
 

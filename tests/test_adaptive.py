@@ -61,6 +61,7 @@ def adaptive_scenarios(draw):
                min_token_prob=draw(st.sampled_from([0.0, 0.05, 0.2, 0.5])),
                max_spec_factor=draw(st.sampled_from([0.0, 0.5, 1.0, 3.0])),
                min_expected_accept=draw(st.sampled_from([0.0, 1.5, 2.5])),
+               shared_pseudo_count=draw(st.sampled_from([0.0, 0.0, 0.7, 4.0, 10.0])),
                capacity=draw(st.one_of(st.integers(depth + 1, depth + 15),
                                        st.integers(depth + 16, 500))))
     tok = st.integers(-1, draw(st.integers(2, 6)))
@@ -78,8 +79,8 @@ def test_adaptive_engine_equals_reference(scenario):
     cfg, shared, own, counted_from, contexts = scenario
     out = {}
     for backend in BACKENDS:
-        cache = ns.NgramCache(backend=backend, **cfg)
-        local = ns.NgramCache(backend=backend, **cfg)
+        cache = ns.NgramCache(backend=backend, config=ns.NgramConfig(**cfg))
+        local = ns.NgramCache(backend=backend, config=ns.NgramConfig(**cfg))
         for batch in shared:
             cache.insert(batch)
         if own:
@@ -97,7 +98,7 @@ def test_adaptive_engine_equals_reference(scenario):
 @given(adaptive_scenarios())
 def test_adaptive_tree_properties(scenario):
     cfg, shared, _, _, contexts = scenario
-    cache = ns.NgramCache(backend="numba", **cfg)
+    cache = ns.NgramCache(backend="numba", config=ns.NgramConfig(**cfg))
     for batch in shared:
         cache.insert(batch)
     d = cache.match(contexts)
@@ -201,3 +202,55 @@ def test_draft_nothing_below_expected_accept(seq, step):
         assert_array_equal(d.tokens, f.tokens)
     else:
         assert d.num_drafts[0] == 0
+
+
+def test_shared_pseudo_count_discounts_short_shared_contexts():
+    """freq / (total + c / n), n = the anchor's length plus the level below it; the request's
+    own trie keeps plain frequencies."""
+    cfg = dict(match_type="ADAPTIVE", draft_token_num=6, capacity=1000)
+    seq = [[1, 2, 3, 4, 1, 2, 5, 1, 2, 3, 6]]
+    for backend in BACKENDS:
+        cache = ns.NgramCache(config=ns.NgramConfig(**cfg, shared_pseudo_count=2.0),
+                              backend=backend)
+        cache.insert(seq)
+        d = cache.match([[9, 1, 2]])
+        got = {tuple(d.tokens[0, [j for j in range(1, i + 1) if d.mask[0, i, j]]]):
+               d.probs[0, i] for i in range(1, int(d.num_drafts[0]) + 1)}
+        # anchor "1 2" (n = 2): total 3 + 2/2; below "1 2 3" (n = 3): total 2 + 2/3
+        assert got == {(3,): 2 / 4, (5,): 1 / 4, (3, 4): 0.5 * 1 / (2 + 2 / 3),
+                       (3, 6): 0.5 * 1 / (2 + 2 / 3), (5, 1): 0.25 * 1 / (1 + 2 / 3)}
+        own = ns.NgramCache(config=ns.NgramConfig(**cfg), backend=backend)
+        own.insert(seq)
+        local = cache.match([[9, 1, 2]], local=[own])
+        plain = own.match([[9, 1, 2]])
+        assert_array_equal(local.tokens, plain.tokens)
+        assert_array_equal(local.probs, plain.probs)  # the own trie came first, undiscounted
+    with pytest.raises(ValueError, match="only apply to match_type='ADAPTIVE'"):
+        ns.NgramConfig(shared_pseudo_count=1.0)
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        ns.NgramConfig(match_type="ADAPTIVE", shared_pseudo_count=-1.0)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_replay_equals_drafter_with_shared_pseudo_count(concurrency):
+    """The engine's compiled replay equals the Drafter replay with the option on (per request
+    and step: tokens emitted, real drafts), with and without the request's own trie."""
+    from ngramspec.engine.replay import replay
+    from ngramspec.simulate import _replay_stepwise
+    rows = recorded_streams(8)
+    prompts = [np.asarray(r["prompt_ids"][-300:], np.int32) for r in rows]
+    outputs = [np.asarray(r["output_ids"][:200], np.int32) for r in rows]
+    ids = [r["id"] for r in rows]
+    for cfg in (ns.NgramConfig.recommended(shared_pseudo_count=4.0),
+                ns.NgramConfig(match_type="ADAPTIVE", index_prompt=True, exact_counts=True,
+                               shared_pseudo_count=10.0, capacity=2_000)):
+        got = replay(prompts, outputs, cfg, concurrency=concurrency)
+        emitted, drafts, _, steps, _ = _replay_stepwise(prompts, outputs, cfg, concurrency,
+                                                        "numba", ids, None)
+        for r in range(len(rows)):
+            assert_array_equal(got.emitted[r], emitted[r])
+            assert_array_equal(got.drafts[r], drafts[r])
+        assert got.batch_steps == steps
+        off = replay(prompts, outputs, cfg.replace(shared_pseudo_count=0.0),
+                     concurrency=concurrency)
+        assert any(not np.array_equal(a, b) for a, b in zip(got.drafts, off.drafts))

@@ -19,12 +19,12 @@ from .trie import Trie, child_of
 __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive"]
 
 #: Work arrays of one ADAPTIVE tree: anchors, the tree (as in :data:`~.tree.Scratch`) with
-#: ``t_prob`` per node, ``slot_parent``, the top-children list ``k_p``/``k_node`` and the
+#: ``t_prob`` per node, ``slot_parent``, the top-children list ``k_p``/``k_node``, the
 #: candidate heap ``h_p``/``h_o``/``h_par``/``h_node`` (probability, push order, tree parent,
-#: trie node).
+#: trie node) and ``t_lvl``, the tree level of each tree node.
 AdaptiveScratch = namedtuple("AdaptiveScratch", "a_nodes a_depths t_tok t_head t_next t_cnt "
                                                 "t_bc order t_prob slot_parent k_p k_node h_p "
-                                                "h_o h_par h_node")
+                                                "h_o h_par h_node t_lvl")
 
 
 @jit
@@ -45,7 +45,8 @@ def adaptive_scratch(budget, max_depth):
             np.empty(n, np.float64), np.empty(n, np.int32),  # t_prob, slot parents
             np.empty(max(budget, 1), np.float64), np.empty(max(budget, 1), np.int32),  # top kids
             np.empty(cap, np.float64), np.empty(cap, np.int64), np.empty(cap, np.int32),
-            np.empty(cap, np.int32))  # heap: p, order, tree parent, trie node
+            np.empty(cap, np.int32),  # heap: p, order, tree parent, trie node
+            np.zeros(n, np.int32))  # tree levels
 
 
 @jit
@@ -85,9 +86,12 @@ def _heap_pop(h_p, h_o, h_par, h_node, size):
 
 
 @jit
-def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, sc, used):
+def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_counts, sc,
+                   used):
+    """Expand the anchors of one trie into the tree; ``pseudo``: its pseudo-count
+    (``shared_pseudo_count``; 0.0 = plain conditional frequencies)."""
     (_, _, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
-     h_p, h_o, h_par, h_node) = sc
+     h_p, h_o, h_par, h_node, t_lvl) = sc
     tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
     # Every context suffix up to the trie depth that is a trie path with children, longest
     # first (0.5.9's window rule with the window 1..depth), found as it is reached: the limit
@@ -121,10 +125,13 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
             if s > total:
                 total = s
             if total > 0:
+                denom = float(total)
+                if pseudo > 0.0:  # the context continued here: d tokens + the node's level
+                    denom = float(total) + pseudo / float(d + t_lvl[pos])
                 kept = 0
                 ch = c_head[node]
                 while ch != -1:
-                    p = prob * float(freq[ch]) / float(total)
+                    p = prob * float(freq[ch]) / denom
                     # Insertion into the sorted top list; equal p stays behind (recency).
                     j = kept
                     while j > 0 and k_p[j - 1] < p:
@@ -157,6 +164,7 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
                 _map_insert(parent, pos, tok[node], t_tok, t_head, t_next, t_cnt, t_bc,
                             bucket_counts, order)
                 t_prob[pos] = prob
+                t_lvl[pos] = t_lvl[parent] + 1
             elif prob > t_prob[pos]:
                 t_prob[pos] = prob
     return used
@@ -166,18 +174,18 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
 def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask, out_prob):
     """One request's ADAPTIVE tree from the named tries ``local`` (searched first; None: no
     local trie) and ``shared``, laid out in SGLang's format; returns the drafted count.
-    ``params``: ``(max_depth, budget, min_prob, factor, min_expected)``."""
-    max_depth, budget, min_prob, factor, min_expected = params
+    ``params``: ``(max_depth, budget, min_prob, factor, min_expected, shared_pseudo)``."""
+    max_depth, budget, min_prob, factor, min_expected, shared_pseudo = params
     t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob = (sc.t_tok, sc.t_head, sc.t_next,
                                                          sc.t_cnt, sc.t_bc, sc.order, sc.t_prob)
     _tree_reset(t_head, t_cnt, t_bc)
     t_prob[0] = 1.0
     used = 0
     if local is not None:
-        used = _expand_source(ctx, max_depth, budget, min_prob, factor, local, bucket_counts,
-                              sc, used)
-    used = _expand_source(ctx, max_depth, budget, min_prob, factor, shared, bucket_counts, sc,
-                          used)
+        used = _expand_source(ctx, max_depth, budget, min_prob, factor, 0.0, local,
+                              bucket_counts, sc, used)
+    used = _expand_source(ctx, max_depth, budget, min_prob, factor, shared_pseudo, shared,
+                          bucket_counts, sc, used)
     if used > 0:
         total = 0.0  # summed as the reference does: the probabilities, then 1 + the sum
         for i in range(1, used + 1):

@@ -245,7 +245,8 @@ class EngineBackend:
             self._adaptive_scratch = adaptive_scratch(cfg.budget, cfg.trie_depth)
         sc = self._adaptive_scratch
         params = (int(cfg.trie_depth), int(cfg.budget), float(cfg.min_token_prob),
-                  float(cfg.max_spec_factor), float(cfg.min_expected_accept))
+                  float(cfg.max_spec_factor), float(cfg.min_expected_accept),
+                  float(cfg.shared_pseudo_count))
         shared = self.trie.bundle
         for i, ctx in enumerate(contexts):
             own = local[i] if local is not None else None

@@ -313,7 +313,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     # Work arrays of the match and tree kernels (the backend's), allocated once per call.
     sc = new_scratch(budget, depth, max_b)
     asc = adaptive_scratch(budget, depth)
-    a_params = (depth, budget, fcfg[0], fcfg[1], fcfg[2])
+    a_params = (depth, budget, fcfg[0], fcfg[1], fcfg[2], fcfg[3])
     out_tokens = np.empty(n, np.int32)
     out_mask = np.empty((n, n), np.bool_)
     out_prob = np.empty(n, np.float64)
@@ -645,7 +645,7 @@ def _config_arrays(config: NgramConfig, concurrency: int) -> tuple[np.ndarray, n
     cfg[C_PROMPT] = config.index_prompt
     cfg[C_CONC] = concurrency
     fcfg = np.asarray([config.min_token_prob, config.max_spec_factor,
-                       config.min_expected_accept], np.float64)
+                       config.min_expected_accept, config.shared_pseudo_count], np.float64)
     return cfg, fcfg
 
 

@@ -18,7 +18,12 @@ is expanded best-first into the one shared draft tree:
 Ties in probability go to the candidate pushed first; a node's children are pushed by
 frequency descending, then in the trie's recency order (most recent first), and only the
 ``draft_token_num - 1`` best of them.  When ``1 + sum of the probabilities`` (the expected
-accept length) is below ``min_expected_accept``, nothing is drafted.  The layout is SGLang's
+accept length) is below ``min_expected_accept``, nothing is drafted.
+
+With ``shared_pseudo_count`` ``c > 0``, the last source (the shared trie) estimates
+``P(child | x) = freq(child) / (total + c / n)`` instead, where ``n`` is the length of the
+context ``x`` continues: the anchor's length plus the tree level of the node being expanded
+(``n = d`` below the anchor itself).  The layout is SGLang's
 (level order, libstdc++ sibling order), so every output format applies unchanged.
 """
 
@@ -40,14 +45,16 @@ Tree = list[UnorderedMapOrder]
 class AdaptiveParams:
     """The knobs of the ADAPTIVE builder, as plain numbers."""
 
-    __slots__ = ("budget", "min_token_prob", "max_spec_factor", "min_expected_accept")
+    __slots__ = ("budget", "min_token_prob", "max_spec_factor", "min_expected_accept",
+                 "shared_pseudo_count")
 
     def __init__(self, budget: int, min_token_prob: float, max_spec_factor: float,
-                 min_expected_accept: float) -> None:
+                 min_expected_accept: float, shared_pseudo_count: float = 0.0) -> None:
         self.budget = budget
         self.min_token_prob = min_token_prob
         self.max_spec_factor = max_spec_factor
         self.min_expected_accept = min_expected_accept
+        self.shared_pseudo_count = shared_pseudo_count
 
     def anchor_budget(self, d: int) -> int:
         if self.max_spec_factor <= 0:
@@ -65,6 +72,23 @@ def _conditional_total(node: Node) -> int:
     return max(node.freq, sum(c.freq for c in node.children.values()))
 
 
+def _scored_children(node: Node, prob: float, pseudo: float, context_len: int
+                     ) -> list[tuple[float, int, Node]]:
+    """``(path probability, recency rank, child)`` for every child of ``node``, the best first
+    (probability descending, then most recent first); ``pseudo``: the pseudo-count
+    (``shared_pseudo_count``, 0 = none) spread over a context of ``context_len`` tokens."""
+    total = _conditional_total(node)
+    if total <= 0:
+        return []
+    if pseudo > 0.0:
+        denom = total + pseudo / context_len
+        kids = [(prob * c.freq / denom, i, c) for i, c in enumerate(node.lru)]
+    else:
+        kids = [(prob * c.freq / total, i, c) for i, c in enumerate(node.lru)]
+    kids.sort(key=lambda k: (-k[0], k[1]))
+    return kids
+
+
 def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
                    params: AdaptiveParams) -> tuple[Tree, list[float], int]:
     """Expand the anchors of every source, in order, into one scored tree.
@@ -75,7 +99,9 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
     budget = params.budget
     tree: Tree = [UnorderedMapOrder()]
     probs = [1.0]
-    for anchors in sources:
+    levels = [0]  # tree level of every tree node (the root: 0)
+    for s, anchors in enumerate(sources):
+        pseudo = params.shared_pseudo_count if s == len(sources) - 1 else 0.0
         for anchor, d in anchors:
             limit = params.anchor_budget(d)
             if len(tree) - 1 >= limit:
@@ -84,10 +110,7 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
             order = itertools.count()
 
             def push_children(pos: int, node: Node, prob: float) -> None:
-                total = _conditional_total(node)
-                kids = [(prob * c.freq / total, i, c) for i, c in enumerate(node.lru)] \
-                    if total > 0 else []
-                kids.sort(key=lambda k: (-k[0], k[1]))  # frequency first, then recency
+                kids = _scored_children(node, prob, pseudo, d + levels[pos])
                 for p, _, child in kids[:budget]:
                     heapq.heappush(heap, (-p, next(order), pos, child))
 
@@ -103,6 +126,7 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
                     tree[parent][node.token] = pos
                     tree.append(UnorderedMapOrder())
                     probs.append(p)
+                    levels.append(levels[parent] + 1)
                 else:
                     probs[pos] = max(probs[pos], p)
                 push_children(pos, node, p)

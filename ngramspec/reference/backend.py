@@ -95,7 +95,7 @@ class ReferenceBackend:
         cfg = self.config
         n = cfg.draft_token_num
         params = AdaptiveParams(cfg.budget, cfg.min_token_prob, cfg.max_spec_factor,
-                                cfg.min_expected_accept)
+                                cfg.min_expected_accept, cfg.shared_pseudo_count)
         tokens = np.zeros((len(contexts), n), dtype=np.int32)
         mask = np.zeros((len(contexts), n, n), dtype=bool)
         num_drafts = np.zeros(len(contexts), dtype=np.int32)
