@@ -14,8 +14,9 @@ Every drafter is replayed through the same greedy serving loop at concurrency 1
   earlier in prompt + output, its EARLIEST occurrence, the next 8 tokens as a chain); and the
   same with the most recent occurrence (``prompt lookup (latest)``).
 - ``ngramspec ...``: ngramspec's options beyond SGLang (``NgramConfig``; ``recommended()`` =
-  index_prompt + local_index + exact_counts + ADAPTIVE with min_token_prob 0.18,
-  max_spec_factor 4 and max_trie_depth 24), sending only real drafts.  An ADAPTIVE drafter that drafts nothing on a
+  index_prompt + local_index + exact_counts + ADAPTIVE with min_token_prob 0.5,
+  max_spec_factor 1, shared_pseudo_count 2, max_trie_depth 24 and draft_token_num 16, tuned
+  on the tuning part), sending only real drafts.  An ADAPTIVE drafter that drafts nothing on a
   step lets it run as a plain decode (``verify_share`` in the cost model).
 - ``Arctic``: ArcticInference 0.3.0 suffix decoding (``SuffixDecodingCache``, tree drafts,
   ``max_spec_tokens=11``, ``max_spec_factor=4``, ``min_token_prob=0.1``, max tree depth 64;
@@ -83,8 +84,11 @@ PEERS = [
      dict(match_type="ADAPTIVE", index_prompt=True, exact_counts=True, min_token_prob=0.18,
           max_spec_factor=4.0, max_trie_depth=24, send="real")),
     ("ngramspec recommended()", "ngramspec", dict(recommended=True, send="real")),
+    ("ngramspec recommended(), shared_pseudo_count=0", "ngramspec",
+     dict(recommended=True, shared_pseudo_count=0.0, send="real")),
     ("ngramspec recommended() before issue 18 (min_token_prob 0.18, factor 4)", "ngramspec",
-     dict(recommended=True, min_token_prob=0.18, max_spec_factor=4.0, send="real")),
+     dict(recommended=True, min_token_prob=0.18, max_spec_factor=4.0, shared_pseudo_count=0.0,
+          draft_token_num=12, send="real")),
     ("ngramspec recommended(), draft only when E[accept] >= 2.46", "ngramspec",
      dict(recommended=True, min_expected_accept=2.46, send="real")),
     ("ngramspec recommended(), draft only when E[accept] >= 4", "ngramspec",

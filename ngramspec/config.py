@@ -33,8 +33,8 @@ PRESETS = ("sglang", "recommended", "recommended-cost-aware")
 _PRESET_OPTIONS: dict[str, dict[str, Any]] = {
     "sglang": {},
     "recommended": dict(index_prompt=True, exact_counts=True, local_index=True,
-                        match_type="ADAPTIVE", min_token_prob=0.5, max_spec_factor=0.6,
-                        max_trie_depth=24),
+                        match_type="ADAPTIVE", min_token_prob=0.5, max_spec_factor=1.0,
+                        shared_pseudo_count=2.0, max_trie_depth=24, draft_token_num=16),
 }
 _PRESET_OPTIONS["recommended-cost-aware"] = dict(_PRESET_OPTIONS["recommended"],
                                                  min_expected_accept=4.0)
@@ -331,19 +331,20 @@ class NgramConfig:
     def recommended(cls, **overrides: Any) -> "NgramConfig":
         """The options beyond SGLang tuned on the tuning part of the shipped recorded streams
         (:mod:`ngramspec.holdout`): prompt indexing, a per-request index, exact counts,
-        ADAPTIVE drafts with ``min_token_prob=0.5``, ``max_spec_factor=0.6`` and
-        ``max_trie_depth=24``.
+        ADAPTIVE drafts with ``min_token_prob=0.5``, ``max_spec_factor=1``,
+        ``shared_pseudo_count=2``, ``max_trie_depth=24`` and ``draft_token_num=16``.
 
         Tuned for tokens per verify step *at the same draft tokens per step* as Arctic's
         suffix decoding, in every task group (``benchmarks/tune_recommended.py``): few,
-        confident drafts (about 2 per step), each worth more than Arctic's.  On the hold-out
-        part it emits 1.21 times Arctic's tokens per step at its width (every group at least
-        1.07 times); see the README.  Where a verify pass costs the same whatever the tree
-        size, wider trees emit more tokens per step: ``min_token_prob=0.18,
-        max_spec_factor=4`` (this method's settings before) drafts about 5.5 tokens per step
-        for 20% more tokens per step.  For a cost-aware drafter add ``min_expected_accept``:
-        measured on the tuning part, 4.0 keeps every task group at or above break-even under
-        a verify step 2.46 times a decode step.
+        confident drafts (about 2.5 per step), each worth more than Arctic's.  On the
+        hold-out part it emits 1.24 times Arctic's tokens per step at its width (every group
+        at least 1.08 times); see the README.  Where a verify pass costs the same whatever
+        the tree size, wider trees emit more tokens per step: ``min_token_prob=0.18,
+        max_spec_factor=4, shared_pseudo_count=0, draft_token_num=12`` (this method's
+        settings before) drafts about 5.5 tokens per step for 13% more tokens per step.  For
+        a cost-aware drafter add ``min_expected_accept``: measured on the tuning part, 4.0
+        keeps every task group at or above break-even under a verify step 2.46 times a
+        decode step.
 
         Examples
         --------

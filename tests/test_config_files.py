@@ -87,7 +87,8 @@ def test_sglang_args_names():
 
 @pytest.mark.parametrize("cfg,names", [
     (NgramConfig.recommended(), ["index_prompt=True", "exact_counts=True", "local_index=True",
-                                 "min_token_prob=0.5", "match_type='ADAPTIVE'"]),
+                                 "min_token_prob=0.5", "shared_pseudo_count=2.0",
+                                 "match_type='ADAPTIVE'"]),
     (NgramConfig(index_prompt=True), ["index_prompt=True"]),
     (NgramConfig(match_type="ADAPTIVE"), ["match_type='ADAPTIVE'"]),
 ])
