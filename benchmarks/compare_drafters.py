@@ -48,6 +48,7 @@ real drafts per step, interpolated, never past Arctic's widest point (``-`` ther
     python benchmarks/compare_drafters.py                   # all peers, tune and hold-out
     python benchmarks/compare_drafters.py --parts all       # the 133 streams in one replay
     python benchmarks/compare_drafters.py --no-arctic --json out.json
+    python benchmarks/compare_drafters.py --repeat 5 --only "C++,recommended()"  # CPU medians
 """
 
 from __future__ import annotations
@@ -113,22 +114,45 @@ def _check_sglang(stats, rows, match_type: str) -> None:
             f"SGLang {match_type}: {tps:.4f} tokens/step, expected {SGLANG_EXPECTED[match_type]}")
 
 
+def _median_run(runs: list, name: str) -> tuple:
+    """The replay whose overall drafting time is the median of ``runs`` (the drafts and
+    tokens of all of them equal)."""
+    first = runs[0][1]
+    for _, stats in runs[1:]:
+        for a, b in zip(first, stats):
+            if not (np.array_equal(a.emitted, b.emitted) and np.array_equal(a.real, b.real)):
+                raise AssertionError(f"{name}: two replays of request {a.id!r} differ")
+
+    def cost(run) -> float:
+        proposer, stats = run
+        return proposer.c_ns if name == "sglang_cpp" else sum(s.draft_ns for s in stats)
+
+    ranked = sorted(runs, key=cost)
+    return ranked[(len(ranked) - 1) // 2]
+
+
 def run(rows, *, arctic: bool = True, decode_ms: float = 12.2, verify_ms: float = 30.0,
-        check: bool = True) -> dict:
+        check: bool = True, repeat: int = 1, only: list[str] | None = None) -> dict:
+    """Every peer of :data:`PEERS` (those whose label contains one of ``only``, if given) on
+    ``rows``; drafting µs per step are the median of ``repeat`` replays (the drafts of every
+    replay are checked equal to the first's)."""
     model = ns.CostModel(decode_ms=decode_ms, verify_ms=verify_ms)
     results, notes = {}, []
     for label, name, settings in PEERS:
-        if name == "arctic" and not arctic:
+        if (name == "arctic" and not arctic) or (only and not any(o in label for o in only)):
             continue
         try:
             dr.replay(dr.make_proposer(name, **settings), rows[:2])   # warm-up (compile, build)
-            proposer = dr.make_proposer(name, **settings)
-            stats = dr.replay(proposer, rows)
+            runs = []
+            for _ in range(max(1, repeat)):
+                proposer = dr.make_proposer(name, **settings)
+                runs.append((proposer, dr.replay(proposer, rows)))
         except Exception as exc:  # only the peer builds may be unavailable here
             if name not in ("arctic", "sglang_cpp"):
                 raise
             notes.append(f"{label}: skipped ({type(exc).__name__}: {str(exc).splitlines()[0]})")
             continue
+        proposer, stats = _median_run(runs, name)
         if check and name == "ngramspec" and set(settings) == {"match_type"}:
             _check_sglang(stats, rows, settings["match_type"])
         # A drafter that may send nothing runs those steps as plain decodes (ADAPTIVE);
@@ -191,6 +215,10 @@ def main() -> None:
     parser.add_argument("--parts", default="tune,holdout",
                         help="comma-separated parts: tune, holdout, all (default tune,holdout)")
     parser.add_argument("--no-arctic", action="store_true", help="skip the Arctic peer")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="replays per drafter; µs/step from the median one (default 1)")
+    parser.add_argument("--only", metavar="TEXT[,TEXT]",
+                        help="only the drafters whose label contains one of these")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the check of the SGLang replays against ns.simulate")
     parser.add_argument("--decode-ms", type=float, default=12.2)
@@ -207,7 +235,8 @@ def main() -> None:
     outs, curves = {}, {}
     for part, rows in parts.items():
         out = run(rows, arctic=not args.no_arctic, decode_ms=args.decode_ms,
-                  verify_ms=args.verify_ms, check=not args.no_check)
+                  verify_ms=args.verify_ms, check=not args.no_check, repeat=args.repeat,
+                  only=args.only.split(",") if args.only else None)
         outs[part] = out
         groups = list(next(iter(out["results"].values()))["groups"]) if out["results"] else []
         print(f"# Drafters on part {part!r} ({len(rows)} recorded streams) | concurrency 1, "
