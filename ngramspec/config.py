@@ -15,8 +15,10 @@ __all__ = ["NgramConfig", "MATCH_TYPES", "PROFILES", "PRESETS"]
 MATCH_TYPES = ("BFS", "PROB", "ADAPTIVE")
 #: Options beyond SGLang (all off by default): what ``Drafter`` and the ADAPTIVE builder add.
 BEYOND_SGLANG = ("index_prompt", "exact_counts", "local_index", "min_token_prob",
-                 "max_spec_factor", "min_expected_accept")
+                 "max_spec_factor", "min_expected_accept", "calibrated_estimates")
 _ADAPTIVE_ONLY = ("min_token_prob", "max_spec_factor", "min_expected_accept")
+#: ``min_expected_accept`` may also be this: the tree size chosen from step costs.
+AUTO = "auto"
 _ADAPTIVE_MAX_DRAFT = 256
 #: SGLang releases whose drafter can be reproduced; the first is the default.
 PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
@@ -145,10 +147,17 @@ class NgramConfig:
     max_spec_factor : float
         ADAPTIVE only: an anchor of length ``d`` drafts at most ``max(1, int(factor * d))``
         nodes (0 = no such cap): short matches earn short drafts.
-    min_expected_accept : float
+    min_expected_accept : float or "auto"
         ADAPTIVE only: draft nothing when the expected accept length (``1 +`` the sum of the
         drafted probabilities) is below this: a step without drafts can run as a plain decode.
         The break-even of a cost model (verify time / decode time) is the natural value.
+        ``"auto"``: per step, cut the trees of the batch to the size (possibly none) that
+        maximises the expected emitted tokens per unit of step time, from step costs given to
+        the drafter (``costs=``; see :mod:`ngramspec.acceptance`).
+    calibrated_estimates : bool
+        ADAPTIVE only: score candidates by calibrated probabilities (fitted on recorded
+        traffic: by source, matched length, count and rank; :mod:`ngramspec.acceptance`)
+        instead of count ratios, which are optimistic on rare n-grams.
     external_sam_budget : int
         ``sglang-0.5.23`` BFS/PROB only (default 0: corpora off).  Draft nodes per tree that
         the loaded external corpora share (:meth:`~ngramspec.NgramCache.add_corpus`);
@@ -200,9 +209,10 @@ class NgramConfig:
     local_index: bool = False
     min_token_prob: float = 0.0
     max_spec_factor: float = 0.0
-    min_expected_accept: float = 0.0
+    min_expected_accept: float | Literal["auto"] = 0.0
     external_sam_budget: int = 0
     external_corpus_max_tokens: int = 10_000_000
+    calibrated_estimates: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, str) or self.profile not in PROFILES:
@@ -263,12 +273,17 @@ class NgramConfig:
         self._check_corpora()
 
     def _check_beyond_sglang(self) -> None:
-        for name in ("index_prompt", "exact_counts", "local_index"):
+        for name in ("index_prompt", "exact_counts", "local_index", "calibrated_estimates"):
             if not isinstance(getattr(self, name), (bool, _np_bool_types())):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
             object.__setattr__(self, name, bool(getattr(self, name)))
         for name in _ADAPTIVE_ONLY:
             value = getattr(self, name)
+            if name == "min_expected_accept" and isinstance(value, str):
+                if value != AUTO:
+                    raise ValueError(f"min_expected_accept must be a number >= 0 or 'auto' "
+                                     f"(sizes from step costs), got {value!r}")
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
             value = float(value)
@@ -287,7 +302,7 @@ class NgramConfig:
             raise ValueError("local_index=True drafts through match_type='ADAPTIVE' (SGLang's "
                              f"BFS/PROB have one trie), got match_type={self.match_type!r}")
         if self.match_type != "ADAPTIVE":
-            set_ = [n for n in _ADAPTIVE_ONLY if getattr(self, n)]
+            set_ = [n for n in _ADAPTIVE_ONLY + ("calibrated_estimates",) if getattr(self, n)]
             if set_:
                 raise ValueError(f"{', '.join(set_)} only apply to match_type='ADAPTIVE' "
                                  f"(got match_type={self.match_type!r})")
@@ -666,6 +681,9 @@ def toml_options(source: "str | os.PathLike[str]") -> tuple[dict[str, Any], str]
             raise ValueError(f"{where}: unknown field {key!r}{hint}; NgramConfig fields: "
                              f"{', '.join(fields)}")
         kind = _toml_kind(fields[key])
+        if key == "min_expected_accept" and value == AUTO:
+            options[key] = value
+            continue
         ok = (isinstance(value, bool) if kind is bool else
               isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
               else isinstance(value, kind) and not isinstance(value, bool))

@@ -16,7 +16,8 @@ from .._jit import jit
 from .tree import _map_get, _map_insert, _tree_reset, fill_result
 from .trie import Trie, child_of
 
-__all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive"]
+__all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adaptive_saved",
+           "choose_cap", "layout_prefix", "cond_estimate"]
 
 #: Work arrays of one ADAPTIVE tree: anchors, the tree (as in :data:`~.tree.Scratch`) with
 #: ``t_prob`` per node, ``slot_parent``, the top-children list ``k_p``/``k_node`` and the
@@ -85,7 +86,35 @@ def _heap_pop(h_p, h_o, h_par, h_node, size):
 
 
 @jit
-def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, sc, used):
+def _trie_depth(par, node):
+    d = 0
+    while node != 0:
+        node = par[node]
+        d += 1
+    return d
+
+
+@jit
+def cond_estimate(cal, src, ctx_len, total, rank, freq):
+    """The calibrated probability of a child (:mod:`ngramspec.acceptance`: the table ``cal``,
+    the source ``src`` (0 own trie, 1 shared), the context length, the parent's count total,
+    the child's rank among its siblings and its count), clipped to [0, 1]."""
+    nc = int(cal[0])
+    nt = int(cal[1])
+    ci = 0
+    while ci + 1 < nc and cal[3 + ci] <= ctx_len:
+        ci += 1
+    ti = 0
+    while ti + 1 < nt and cal[3 + nc + ti] <= total:
+        ti += 1
+    at = 2 + nc + nt + (((src * nc + ci) * nt + ti) * 2 + min(rank, 1)) * 2
+    q = cal[at] + cal[at + 1] * (float(freq) / float(total))
+    return min(1.0, max(0.0, q))
+
+
+@jit
+def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, sc, used,
+                   src, cal):
     (_, _, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
      h_p, h_o, h_par, h_node) = sc
     tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
@@ -139,8 +168,12 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
                         if kept < budget:
                             kept += 1
                     ch = c_next[ch]
+                c_len = _trie_depth(par, node) if cal.size else 0
                 for j in range(kept):
-                    _heap_push(h_p, h_o, h_par, h_node, size, k_p[j], pushes, pos, k_node[j])
+                    p = k_p[j]
+                    if cal.size:
+                        p = prob * cond_estimate(cal, src, c_len, total, j, freq[k_node[j]])
+                    _heap_push(h_p, h_o, h_par, h_node, size, p, pushes, pos, k_node[j])
                     size += 1
                     pushes += 1
             if size == 0 or used >= limit:
@@ -163,28 +196,25 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
 
 
 @jit
-def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask, out_prob):
+def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask, out_prob,
+               cal):
     """One request's ADAPTIVE tree from the named tries ``local`` (searched first; None: no
     local trie) and ``shared``, laid out in SGLang's format; returns the drafted count.
-    ``params``: ``(max_depth, budget, min_prob, factor, min_expected)``."""
+    ``params``: ``(max_depth, budget, min_prob, factor, min_expected)``; ``cal``: the
+    calibration table of :mod:`ngramspec.acceptance` (empty: probabilities from counts)."""
     max_depth, budget, min_prob, factor, min_expected = params
-    t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob = (sc.t_tok, sc.t_head, sc.t_next,
-                                                         sc.t_cnt, sc.t_bc, sc.order, sc.t_prob)
+    t_head, t_cnt, t_bc, order, t_prob = sc.t_head, sc.t_cnt, sc.t_bc, sc.order, sc.t_prob
     _tree_reset(t_head, t_cnt, t_bc)
     t_prob[0] = 1.0
     used = 0
     if local is not None:
         used = _expand_source(ctx, max_depth, budget, min_prob, factor, local, bucket_counts,
-                              sc, used)
+                              sc, used, 0, cal)
     used = _expand_source(ctx, max_depth, budget, min_prob, factor, shared, bucket_counts, sc,
-                          used)
-    if used > 0:
-        total = 0.0  # summed as the reference does: the probabilities, then 1 + the sum
-        for i in range(1, used + 1):
-            total += t_prob[i]
-        if 1.0 + total < min_expected:
-            _tree_reset(t_head, t_cnt, t_bc)
-            used = 0
+                          used, 1, cal)
+    if used > 0 and not keeps_tree(t_prob, used, min_expected):
+        _tree_reset(t_head, t_cnt, t_bc)
+        used = 0
     n = budget + 1
     fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
     out_prob[0] = 1.0
@@ -193,14 +223,95 @@ def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_ma
     return used
 
 
+# --- the size of the tree, after construction ----------------------------------------------
+
+
+@jit
+def keeps_tree(t_prob, used, min_expected):
+    """A fixed ``min_expected_accept``: the whole tree or nothing."""
+    total = 0.0  # summed as the reference does: the probabilities, then 1 + the sum
+    for i in range(1, used + 1):
+        total += t_prob[i]
+    return not (1.0 + total < min_expected)
+
+
+@jit
+def save_creation(sc, used, tok_row, par_row, prob_row):
+    """Node ``1 .. used`` of the tree in ``sc`` (creation order: every prefix is a tree) as
+    token, parent node and probability rows, for :func:`layout_prefix`."""
+    t_head, t_next, t_tok, t_prob = sc.t_head, sc.t_next, sc.t_tok, sc.t_prob
+    prob_row[0] = 1.0
+    for p in range(used + 1):
+        c = t_head[p]
+        while c != -1:
+            par_row[c] = p
+            tok_row[c] = t_tok[c]
+            prob_row[c] = t_prob[c]
+            c = t_next[c]
+
+
+@jit
+def choose_cap(prob_rows, used, costs):
+    """The cap ``k`` on drafted nodes per request that maximises the expected emitted tokens
+    of the batch per unit of step time, ``sum_b (1 + sum_{i <= min(k, used_b)} p_bi) /
+    costs[k]`` (``prob_rows[b, i]``: node ``i`` of request ``b`` in creation order;
+    ``costs[k]``: the step with trees of ``k`` drafts).  Ties go to the smaller cap."""
+    nreq = used.size
+    top = 0
+    for b in range(nreq):
+        top = max(top, used[b])
+    total = float(nreq)
+    best = total / costs[0]
+    cap = 0
+    for k in range(1, top + 1):
+        for b in range(nreq):
+            if k <= used[b]:
+                total += prob_rows[b, k]
+        ratio = total / costs[k]
+        if ratio > best:
+            best = ratio
+            cap = k
+    return cap
+
+
+@jit
+def layout_prefix(last_token, k, tok_row, par_row, prob_row, sc, bucket_counts, out_tokens,
+                  out_mask, out_prob):
+    """Lay out the first ``k`` nodes of a saved tree (:func:`save_creation`): inserted again
+    in creation order, the maps are those the construction had after its ``k``-th node."""
+    t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob = (sc.t_tok, sc.t_head, sc.t_next,
+                                                         sc.t_cnt, sc.t_bc, sc.order, sc.t_prob)
+    _tree_reset(t_head, t_cnt, t_bc)
+    for pos in range(1, k + 1):
+        _map_insert(par_row[pos], pos, tok_row[pos], t_tok, t_head, t_next, t_cnt, t_bc,
+                    bucket_counts, order)
+        t_prob[pos] = prob_row[pos]
+    n = out_tokens.size
+    fill_result(last_token, n, sc, out_tokens, out_mask)
+    out_prob[0] = 1.0
+    for s in range(1, n):
+        out_prob[s] = t_prob[order[s - 1]] if s <= k else 0.0
+
+
 @jit
 def draft_adaptive(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
-                   out_prob):
+                   out_prob, cal):
     """:func:`draft_tree` called from Python: ``local``/``shared`` are plain trie bundles
     (:attr:`~.trie.TrieArrays.bundle`; ``local`` None: no local trie), ``sc`` an
     :func:`adaptive_scratch`."""
     if local is None:
         return draft_tree(ctx, params, None, Trie(*shared), bucket_counts, sc, out_tokens,
-                          out_mask, out_prob)
+                          out_mask, out_prob, cal)
     return draft_tree(ctx, params, Trie(*local), Trie(*shared), bucket_counts, sc, out_tokens,
-                      out_mask, out_prob)
+                      out_mask, out_prob, cal)
+
+
+@jit
+def draft_adaptive_saved(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
+                         out_prob, cal, tok_row, par_row, prob_row):
+    """:func:`draft_adaptive` (``params`` without a threshold), the tree also saved
+    (:func:`save_creation`) for a size chosen over the batch."""
+    used = draft_adaptive(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
+                          out_prob, cal)
+    save_creation(sc, used, tok_row, par_row, prob_row)
+    return used

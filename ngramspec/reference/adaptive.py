@@ -18,7 +18,14 @@ is expanded best-first into the one shared draft tree:
 Ties in probability go to the candidate pushed first; a node's children are pushed by
 frequency descending, then in the trie's recency order (most recent first), and only the
 ``draft_token_num - 1`` best of them.  When ``1 + sum of the probabilities`` (the expected
-accept length) is below ``min_expected_accept``, nothing is drafted.  The layout is SGLang's
+accept length) is below ``min_expected_accept``, nothing is drafted.
+
+With ``calibrated_estimates`` a child's conditional probability is not its count ratio but
+the calibrated estimate of :mod:`ngramspec.acceptance` (:func:`calibrated_conditional`).  With
+``min_expected_accept="auto"`` the tree is cut after construction to the first ``k`` nodes in
+creation order (every such prefix is a tree), ``k`` chosen over the batch by
+:func:`choose_cap`, and laid out as the construction would have after its ``k``-th node
+(:func:`prefix_tree`).  The layout is SGLang's
 (level order, libstdc++ sibling order), so every output format applies unchanged.
 """
 
@@ -32,7 +39,8 @@ from ..stdorder import UnorderedMapOrder
 from .match import window_anchors
 from .trie import Node, Trie
 
-__all__ = ["AdaptiveParams", "stateless_anchors", "build_adaptive"]
+__all__ = ["AdaptiveParams", "stateless_anchors", "build_adaptive", "calibrated_conditional",
+           "choose_cap", "prefix_tree"]
 
 Tree = list[UnorderedMapOrder]
 
@@ -40,14 +48,16 @@ Tree = list[UnorderedMapOrder]
 class AdaptiveParams:
     """The knobs of the ADAPTIVE builder, as plain numbers."""
 
-    __slots__ = ("budget", "min_token_prob", "max_spec_factor", "min_expected_accept")
+    __slots__ = ("budget", "min_token_prob", "max_spec_factor", "min_expected_accept",
+                 "calibration")
 
     def __init__(self, budget: int, min_token_prob: float, max_spec_factor: float,
-                 min_expected_accept: float) -> None:
+                 min_expected_accept: float, calibration: Sequence[float] = ()) -> None:
         self.budget = budget
         self.min_token_prob = min_token_prob
         self.max_spec_factor = max_spec_factor
-        self.min_expected_accept = min_expected_accept
+        self.min_expected_accept = min_expected_accept  # 0 with "auto": cut afterwards
+        self.calibration = list(calibration)  # empty: count ratios
 
     def anchor_budget(self, d: int) -> int:
         if self.max_spec_factor <= 0:
@@ -65,17 +75,50 @@ def _conditional_total(node: Node) -> int:
     return max(node.freq, sum(c.freq for c in node.children.values()))
 
 
+def _depth(node: Node) -> int:
+    d = 0
+    while node.parent is not None:
+        node = node.parent
+        d += 1
+    return d
+
+
+def calibrated_conditional(table: Sequence[float], source: int, context_len: int, total: int,
+                           rank: int, freq: int) -> float:
+    """The calibrated probability that the target continues with a child, clipped to [0, 1].
+
+    ``table`` (:func:`ngramspec.acceptance.calibration_array`): ``[nc, nt, context-length
+    bin edges (nc), total bin edges (nt), (a, b) per (source, context bin, total bin, rank 0
+    or not)]``; the estimate is ``a + b * freq / total`` of the child's cell.  ``source``: 0
+    for the request's own trie, 1 for the shared one; ``context_len``: the length of the
+    matched path the child continues; ``rank``: its place among the siblings pushed.
+    """
+    nc, nt = int(table[0]), int(table[1])
+    c_edges, t_edges = table[2:2 + nc], table[2 + nc:2 + nc + nt]
+    ci = max(i for i in range(nc) if i == 0 or c_edges[i] <= context_len)
+    ti = max(i for i in range(nt) if i == 0 or t_edges[i] <= total)
+    at = 2 + nc + nt + (((source * nc + ci) * nt + ti) * 2 + min(rank, 1)) * 2
+    q = table[at] + table[at + 1] * (float(freq) / float(total))
+    return min(1.0, max(0.0, q))
+
+
 def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
-                   params: AdaptiveParams) -> tuple[Tree, list[float], int]:
+                   params: AdaptiveParams, source_ids: Sequence[int] | None = None,
+                   ) -> tuple[Tree, list[float], int]:
     """Expand the anchors of every source, in order, into one scored tree.
 
     Returns the tree (node 0 = root, each node's children in a libstdc++-ordered map), the
     probability of every tree node (index 0: the root, 1.0) and the drafted node count.
+    ``source_ids``: per source, 0 (the request's own trie) or 1 (shared; the default for
+    all), for the calibrated estimates.
     """
     budget = params.budget
+    cal = params.calibration
     tree: Tree = [UnorderedMapOrder()]
     probs = [1.0]
-    for anchors in sources:
+    if source_ids is None:
+        source_ids = [1] * len(sources)
+    for src, anchors in zip(source_ids, sources):
         for anchor, d in anchors:
             limit = params.anchor_budget(d)
             if len(tree) - 1 >= limit:
@@ -88,7 +131,11 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
                 kids = [(prob * c.freq / total, i, c) for i, c in enumerate(node.lru)] \
                     if total > 0 else []
                 kids.sort(key=lambda k: (-k[0], k[1]))  # frequency first, then recency
-                for p, _, child in kids[:budget]:
+                ctx_len = _depth(node) if cal else 0
+                for rank, (p, _, child) in enumerate(kids[:budget]):
+                    if cal:
+                        p = prob * calibrated_conditional(cal, src, ctx_len, total, rank,
+                                                          child.freq)
                     heapq.heappush(heap, (-p, next(order), pos, child))
 
             push_children(0, anchor, 1.0)
@@ -110,3 +157,38 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
     if used and 1.0 + sum(probs[1:]) < params.min_expected_accept:
         return [UnorderedMapOrder()], [1.0], 0
     return tree, probs, used
+
+
+def choose_cap(probs: Sequence[Sequence[float]], costs: Sequence[float]) -> int:
+    """``min_expected_accept="auto"``: the cap ``k`` on drafted nodes per request that
+    maximises the batch's expected emitted tokens per unit of step time.
+
+    ``probs[b]``: request ``b``'s node probabilities in creation order (index 0: the root);
+    ``costs[k]``: the step's time when the largest tree holds ``k`` drafts.  Request ``b``
+    expects ``1 + sum(probs[b][1:k + 1])`` tokens under cap ``k``; ties go to the smaller cap.
+    """
+    used = [len(p) - 1 for p in probs]
+    total = float(len(probs))  # accumulated cap by cap, requests in batch order
+    best, cap = total / costs[0], 0
+    for k in range(1, max(used, default=0) + 1):
+        for b, p in enumerate(probs):
+            if k <= used[b]:
+                total += p[k]
+        if total / costs[k] > best:
+            best, cap = total / costs[k], k
+    return cap
+
+
+def prefix_tree(tree: Tree, k: int) -> Tree:
+    """The first ``k`` nodes of ``tree`` (creation order), inserted again in that order: the
+    maps the construction held after its ``k``-th node."""
+    parent = {}
+    for p, children in enumerate(tree):
+        for token, idx in children.items():
+            parent[idx] = (p, token)
+    out: Tree = [UnorderedMapOrder()]
+    for idx in range(1, k + 1):
+        p, token = parent[idx]
+        out[p][token] = idx
+        out.append(UnorderedMapOrder())
+    return out
