@@ -5,7 +5,8 @@ What is fitted: for every drafted node whose parent was accepted (the root count
 accepted), whether the target accepted it too: the conditional acceptance of one edge of the
 tree.  Every edge falls in a cell: its source (the request's own trie or the shared one), the
 length of the matched context it continues (bins ``CONTEXT_EDGES``), its parent's count total
-(bins ``TOTAL_EDGES``) and whether it is its parent's first candidate.  Per cell the estimate
+(bins ``TOTAL_EDGES``), whether its parent lies below the anchor (it continues a drafted
+path) and whether it is its parent's first candidate.  Per cell the estimate
 is ``a + b * freq / total``, fitted by least squares with a ridge pull (``--ridge`` pseudo-
 edges) towards the fit of the coarser cell (source and context only; source only; the
 uncalibrated ``0 + 1 * ratio`` at the top), so that sparse cells borrow from their neighbours.
@@ -37,7 +38,7 @@ from ngramspec.reference.tree import level_order
 from ngramspec.stdorder import UnorderedMapOrder
 from ngramspec.streams import embedded_streams_path, read_streams
 
-CONTEXT_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 20)
+CONTEXT_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24)
 TOTAL_EDGES = (1, 2, 3, 5)
 
 _CELLS: list = []  # per node of the last tree: (source, context length, total, rank, ratio)
@@ -51,6 +52,7 @@ def _instrumented(sources, params, source_ids=None):
     cells = [None]
     source_ids = [1] * len(sources) if source_ids is None else source_ids
     for src, anchors in zip(source_ids, sources):
+        d_top = anchors[0][1] if anchors else 0
         for anchor, d in anchors:
             limit = params.anchor_budget(d)
             if len(tree) - 1 >= limit:
@@ -63,12 +65,13 @@ def _instrumented(sources, params, source_ids=None):
                 kids = [(prob * c.freq / total, i, c) for i, c in enumerate(node.lru)] \
                     if total > 0 else []
                 kids.sort(key=lambda k: (-k[0], k[1]))
-                ctx_len = _depth(node)
+                below = _depth(node) - d
                 for rank, (p, _, child) in enumerate(kids[:budget]):
                     if cal:
-                        p = prob * calibrated_conditional(cal, src, ctx_len, total, rank,
+                        p = prob * calibrated_conditional(cal, src, below + d_top,
+                                                          int(below > 0), total, rank,
                                                           child.freq)
-                    cell = (src, ctx_len, total, rank, child.freq / total)
+                    cell = (src, below + d_top, int(below > 0), total, rank, child.freq / total)
                     heapq.heappush(heap, (-p, next(order), pos, child, cell))
 
             push_children(0, anchor, 1.0)
@@ -93,8 +96,8 @@ def _instrumented(sources, params, source_ids=None):
 
 
 def collect(config: ns.NgramConfig, rows: list[dict]) -> np.ndarray:
-    """One row per drafted node whose parent was accepted: source, context length, total,
-    rank, count ratio, accepted (0/1).  ``build_adaptive`` must be instrumented."""
+    """One row per drafted node whose parent was accepted: source, context length, deep,
+    total, rank, count ratio, accepted (0/1).  ``build_adaptive`` must be instrumented."""
     drafter = ns.Drafter(config=config, backend="reference")
     out = []
     for r in rows:
@@ -142,11 +145,11 @@ def _ridge(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float) -> np.
 
 
 def fit(edges: np.ndarray, ridge: float) -> np.ndarray:
-    """Coefficients ``(a, b)`` per (source, context bin, total bin, rank 0 or not)."""
-    src, ctx, total, rank, ratio, acc = edges.T
+    """Coefficients ``(a, b)`` per (source, context bin, total bin, deep, rank 0 or not)."""
+    src, ctx, deep, total, rank, ratio, acc = edges.T
     ci = np.searchsorted(CONTEXT_EDGES, ctx, side="right") - 1
     ti = np.searchsorted(TOTAL_EDGES, total, side="right") - 1
-    coef = np.zeros((2, len(CONTEXT_EDGES), len(TOTAL_EDGES), 2, 2))
+    coef = np.zeros((2, len(CONTEXT_EDGES), len(TOTAL_EDGES), 2, 2, 2))
     for s in range(2):
         ms = src == s
         ps = _ridge(ratio[ms], acc[ms], np.array([0.0, 1.0]), ridge)
@@ -154,9 +157,12 @@ def fit(edges: np.ndarray, ridge: float) -> np.ndarray:
             mc = ms & (ci == c)
             pc = _ridge(ratio[mc], acc[mc], ps, ridge)
             for t in range(len(TOTAL_EDGES)):
-                for r in range(2):
-                    m = mc & (ti == t) & ((rank > 0) == bool(r))
-                    coef[s, c, t, r] = _ridge(ratio[m], acc[m], pc, ridge)
+                mt = mc & (ti == t)
+                pt = _ridge(ratio[mt], acc[mt], pc, ridge)
+                for g in range(2):
+                    for r in range(2):
+                        m = mt & (deep == g) & ((rank > 0) == bool(r))
+                        coef[s, c, t, g, r] = _ridge(ratio[m], acc[m], pt, ridge)
     return coef
 
 
@@ -165,13 +171,14 @@ def table_source(coef: np.ndarray, note: str) -> str:
              'benchmarks/fit_acceptance.py; do not edit by hand).',
              "", note, '"""', "",
              f"CONTEXT_EDGES = {CONTEXT_EDGES}", f"TOTAL_EDGES = {TOTAL_EDGES}",
-             "#: (a, b) per source (own trie, shared), context bin, total bin, rank (first, other).",
+             "#: (a, b) per source (own trie, shared), context bin, total bin, deep (no, yes),",
+             "#: rank (first, other).",
              "COEFFICIENTS = ("]
     for s in range(2):
         for c in range(len(CONTEXT_EDGES)):
             cells = [f"({a:.4f}, {b:.4f})" for a, b in coef[s, c].reshape(-1, 2)]
-            lines.append("    " + ", ".join(cells[:4]) + ",")
-            lines.append("    " + ", ".join(cells[4:]) + ",")
+            for i in range(0, len(cells), 4):
+                lines.append("    " + ", ".join(cells[i:i + 4]) + ",")
     lines.append(")")
     return "\n".join(lines) + "\n"
 
@@ -200,7 +207,7 @@ def main() -> None:
         ref_backend.build_adaptive = orig
     coef = fit(edges, args.ridge)
     print(f"{len(edges)} edges from {len(rows)} tuning requests in "
-          f"{time.perf_counter() - t0:.1f} s; mean accepted {edges[:, 5].mean():.3f}")
+          f"{time.perf_counter() - t0:.1f} s; mean accepted {edges[:, -1].mean():.3f}")
     if args.write:
         note = (f"Fitted on the {len(rows)} tuning requests (ngramspec.holdout), "
                 f"{len(edges)} edges, ridge {args.ridge:g}, trees drafted "

@@ -95,10 +95,11 @@ def _trie_depth(par, node):
 
 
 @jit
-def cond_estimate(cal, src, ctx_len, total, rank, freq):
+def cond_estimate(cal, src, ctx_len, deep, total, rank, freq):
     """The calibrated probability of a child (:mod:`ngramspec.acceptance`: the table ``cal``,
-    the source ``src`` (0 own trie, 1 shared), the context length, the parent's count total,
-    the child's rank among its siblings and its count), clipped to [0, 1]."""
+    the source ``src`` (0 own trie, 1 shared), the matched length, whether the parent lies
+    below its anchor (``deep``), the parent's count total, the child's rank among its siblings
+    and its count), clipped to [0, 1]."""
     nc = int(cal[0])
     nt = int(cal[1])
     ci = 0
@@ -107,7 +108,7 @@ def cond_estimate(cal, src, ctx_len, total, rank, freq):
     ti = 0
     while ti + 1 < nt and cal[3 + nc + ti] <= total:
         ti += 1
-    at = 2 + nc + nt + (((src * nc + ci) * nt + ti) * 2 + min(rank, 1)) * 2
+    at = 2 + nc + nt + ((((src * nc + ci) * nt + ti) * 2 + deep) * 2 + min(rank, 1)) * 2
     q = cal[at] + cal[at + 1] * (float(freq) / float(total))
     return min(1.0, max(0.0, q))
 
@@ -122,6 +123,7 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
     # first (0.5.9's window rule with the window 1..depth), found as it is reached: the limit
     # of an anchor only falls with its length, so once one is reached, every shorter anchor
     # would be skipped too and their walks are not needed.
+    d_top = 0  # the longest anchor: the context's match length in this source
     for d in range(min(ctx.size, max_depth), 0, -1):
         limit = budget
         if factor > 0.0:
@@ -135,6 +137,8 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
                 break
         if node == -1 or c_head[node] == -1:
             continue
+        if d_top == 0:
+            d_top = d
         size = 0
         pushes = 0
         pos = 0
@@ -168,11 +172,14 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, t, bucket_counts, s
                         if kept < budget:
                             kept += 1
                     ch = c_next[ch]
-                c_len = _trie_depth(par, node) if cal.size else 0
+                # The matched length the child continues, counted from the longest anchor.
+                below = _trie_depth(par, node) - d if cal.size else 0
+                deep = 1 if below > 0 else 0
                 for j in range(kept):
                     p = k_p[j]
                     if cal.size:
-                        p = prob * cond_estimate(cal, src, c_len, total, j, freq[k_node[j]])
+                        p = prob * cond_estimate(cal, src, below + d_top, deep, total, j,
+                                                 freq[k_node[j]])
                     _heap_push(h_p, h_o, h_par, h_node, size, p, pushes, pos, k_node[j])
                     size += 1
                     pushes += 1

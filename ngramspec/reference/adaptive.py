@@ -83,21 +83,23 @@ def _depth(node: Node) -> int:
     return d
 
 
-def calibrated_conditional(table: Sequence[float], source: int, context_len: int, total: int,
-                           rank: int, freq: int) -> float:
+def calibrated_conditional(table: Sequence[float], source: int, context_len: int, deep: int,
+                           total: int, rank: int, freq: int) -> float:
     """The calibrated probability that the target continues with a child, clipped to [0, 1].
 
     ``table`` (:func:`ngramspec.acceptance.calibration_array`): ``[nc, nt, context-length
-    bin edges (nc), total bin edges (nt), (a, b) per (source, context bin, total bin, rank 0
-    or not)]``; the estimate is ``a + b * freq / total`` of the child's cell.  ``source``: 0
-    for the request's own trie, 1 for the shared one; ``context_len``: the length of the
-    matched path the child continues; ``rank``: its place among the siblings pushed.
+    bin edges (nc), total bin edges (nt), (a, b) per (source, context bin, total bin, deep,
+    rank 0 or not)]``; the estimate is ``a + b * freq / total`` of the child's cell.  ``source``: 0
+    for the request's own trie, 1 for the shared one; ``context_len``: the matched length the
+    child continues (the longest anchor's length in its source plus the child's depth below
+    its anchor, minus one); ``deep``: 1 when its parent lies below the anchor (the child
+    continues a drafted path), else 0; ``rank``: its place among the siblings pushed.
     """
     nc, nt = int(table[0]), int(table[1])
     c_edges, t_edges = table[2:2 + nc], table[2 + nc:2 + nc + nt]
     ci = max(i for i in range(nc) if i == 0 or c_edges[i] <= context_len)
     ti = max(i for i in range(nt) if i == 0 or t_edges[i] <= total)
-    at = 2 + nc + nt + (((source * nc + ci) * nt + ti) * 2 + min(rank, 1)) * 2
+    at = 2 + nc + nt + ((((source * nc + ci) * nt + ti) * 2 + deep) * 2 + min(rank, 1)) * 2
     q = table[at] + table[at + 1] * (float(freq) / float(total))
     return min(1.0, max(0.0, q))
 
@@ -119,6 +121,7 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
     if source_ids is None:
         source_ids = [1] * len(sources)
     for src, anchors in zip(source_ids, sources):
+        d_top = anchors[0][1] if anchors else 0  # the context's match length in this source
         for anchor, d in anchors:
             limit = params.anchor_budget(d)
             if len(tree) - 1 >= limit:
@@ -131,10 +134,12 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
                 kids = [(prob * c.freq / total, i, c) for i, c in enumerate(node.lru)] \
                     if total > 0 else []
                 kids.sort(key=lambda k: (-k[0], k[1]))  # frequency first, then recency
-                ctx_len = _depth(node) if cal else 0
+                # The matched length the child continues, counted from the longest anchor.
+                below = _depth(node) - d if cal else 0
                 for rank, (p, _, child) in enumerate(kids[:budget]):
                     if cal:
-                        p = prob * calibrated_conditional(cal, src, ctx_len, total, rank,
+                        p = prob * calibrated_conditional(cal, src, below + d_top,
+                                                          int(below > 0), total, rank,
                                                           child.freq)
                     heapq.heappush(heap, (-p, next(order), pos, child))
 
