@@ -258,26 +258,35 @@ def save_creation(sc, used, tok_row, par_row, prob_row):
 
 
 @jit
-def choose_cap(prob_rows, used, costs):
-    """The cap ``k`` on drafted nodes per request that maximises the expected emitted tokens
-    of the batch per unit of step time, ``sum_b (1 + sum_{i <= min(k, used_b)} p_bi) /
-    costs[k]`` (``prob_rows[b, i]``: node ``i`` of request ``b`` in creation order;
-    ``costs[k]``: the step with trees of ``k`` drafts).  Ties go to the smaller cap."""
+def choose_cap(prob_rows, used, costs, rate):
+    """The cap ``k`` on drafted nodes per request for one step of ``used.size`` requests
+    (``prob_rows[b, i]``: node ``i`` of request ``b`` in creation order; ``costs[k]``: the
+    step's time with trees of ``k`` drafts).  The batch expects ``E(k) = sum_b (1 +
+    sum_{i <= min(k, used_b)} p_bi)`` tokens; the cap maximises ``E(k) - lam * costs[k]``,
+    ``lam`` the expected tokens per unit of time of the steps so far (``rate``: their summed
+    expected tokens and times, updated here; the decode rate before the first step), so that
+    over the run the expected tokens per unit of time are the largest.  Ties go to the smaller
+    cap."""
     nreq = used.size
     top = 0
     for b in range(nreq):
         top = max(top, used[b])
+    lam = nreq * (rate[0] / rate[1]) if rate[1] > 0.0 else float(nreq) / costs[0]
     total = float(nreq)
-    best = total / costs[0]
+    best = total - lam * costs[0]
+    best_total = total
     cap = 0
     for k in range(1, top + 1):
         for b in range(nreq):
             if k <= used[b]:
                 total += prob_rows[b, k]
-        ratio = total / costs[k]
-        if ratio > best:
-            best = ratio
+        gain = total - lam * costs[k]
+        if gain > best:
+            best = gain
+            best_total = total
             cap = k
+    rate[0] += best_total
+    rate[1] += costs[cap] * nreq
     return cap
 
 

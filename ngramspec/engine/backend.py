@@ -122,6 +122,7 @@ class EngineBackend:
                         int(config.budget), int(config.match_type == "PROB"))
         self._rows: dict[Hashable, int] = {}
         self._adaptive_scratch = None
+        self.auto_rate = np.zeros(2, np.float64)  # min_expected_accept="auto": tokens, time
         self.states = new_states(16, config.trie_depth)
         self._free_rows = list(range(15, 0, -1))  # row 0 is scratch for stateless matching
         self._last_keys: list | None = None  # the last batch of ids and its rows (a cache)
@@ -270,7 +271,8 @@ class EngineBackend:
             num[i] = draft_adaptive_saved(ctx, params, None if own is None else own.trie.bundle,
                                           shared, BUCKET_COUNTS, sc, tokens[i], mask[i],
                                           probs[i], cal, tok_rows[i], par_rows[i], prob_rows[i])
-        cap = choose_cap(prob_rows, num, np.ascontiguousarray(costs, np.float64))
+        cap = choose_cap(prob_rows, num, np.ascontiguousarray(costs, np.float64),
+                         self.auto_rate)
         for i, ctx in enumerate(contexts):
             if num[i] > cap:
                 num[i] = cap
@@ -287,6 +289,7 @@ class EngineBackend:
 
     def reset(self) -> None:
         self.trie.reset()
+        self.auto_rate[:] = 0.0
         self._rows.clear()
         self._last_keys = None
         self._free_rows = list(range(self.states[0].size - 1, 0, -1))

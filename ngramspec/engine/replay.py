@@ -265,7 +265,7 @@ def _in_use(t):
 
 @jit
 def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run, per_req, out,
-                  bucket_counts, max_steps, cal, costs):
+                  bucket_counts, max_steps, cal, costs, rate):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
 
     ``trie``: the shared trie's plain bundle; ``local_tries``: a (typed) list of the slots' own
@@ -278,7 +278,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     ``out_len`` and the node bounds ``adm_shared``/``adm_local``/``fin_bound`` of each
     request's inserts at admission and finish; ``out``: the per-step record; ``cal``: the
     ADAPTIVE calibration table (empty: count ratios); ``costs``: with ``min_expected_accept=
-    "auto"``, row ``b`` the step time of batch ``b`` per drafted-node cap (else 0 rows).
+    "auto"``, row ``b`` the step time of batch ``b`` per drafted-node cap (else 0 rows), and
+    ``rate`` the expected tokens and time of the steps so far (``choose_cap``).
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
     emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree).  NEED_ROOM sets
@@ -479,7 +480,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                                       out_mask, out_prob, cal)
                 save_creation(asc, used, tok_rows[b], par_rows[b], prob_rows[b])
                 used_rows[b] = used
-            cap = choose_cap(prob_rows[:nrun], used_rows[:nrun], costs[nrun])
+            cap = choose_cap(prob_rows[:nrun], used_rows[:nrun], costs[nrun], rate)
         # Match, draft and verify each request.
         for b in range(nrun):
             r = run_req[b]
@@ -718,6 +719,7 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     costs = check_costs(config, costs)
     cost_rows = (np.zeros((0, n), np.float64) if costs is None
                  else cost_matrix(costs, conc, n))
+    rate = np.zeros(2, np.float64)
     admitted = olen > 1
     # Node bounds of the inserts at admission and at finish, per request (see the kernel).
     start = plen if not config.index_prompt else np.zeros_like(plen)
@@ -780,7 +782,7 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
         w0 = time.perf_counter()
         code = replay_kernel(streams, cfg, fcfg, trie.bundle, local_list, states, (pcw, pcc),
                              run, per_req, out, BUCKET_COUNTS, 0 if first else chunk, cal,
-                             cost_rows)
+                             cost_rows, rate)
         if first:
             first = False
         else:

@@ -164,23 +164,32 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
     return tree, probs, used
 
 
-def choose_cap(probs: Sequence[Sequence[float]], costs: Sequence[float]) -> int:
-    """``min_expected_accept="auto"``: the cap ``k`` on drafted nodes per request that
-    maximises the batch's expected emitted tokens per unit of step time.
+def choose_cap(probs: Sequence[Sequence[float]], costs: Sequence[float],
+               rate: list[float]) -> int:
+    """``min_expected_accept="auto"``: the cap ``k`` on drafted nodes per request for one
+    step.
 
     ``probs[b]``: request ``b``'s node probabilities in creation order (index 0: the root);
-    ``costs[k]``: the step's time when the largest tree holds ``k`` drafts.  Request ``b``
-    expects ``1 + sum(probs[b][1:k + 1])`` tokens under cap ``k``; ties go to the smaller cap.
+    ``costs[k]``: the step's time when the largest tree holds ``k`` drafts.  Under cap ``k``
+    the batch expects ``E(k) = sum_b (1 + sum(probs[b][1:k + 1]))`` tokens.  The cap maximises
+    ``E(k) - lam * costs[k]``, where ``lam`` is the expected tokens per unit of time of the
+    steps so far (``rate = [their expected tokens, their time]``, updated here; before the
+    first step, the plain decode's rate): a step drafts more only where that buys tokens
+    faster than the run makes them on average, which maximises the run's expected tokens per
+    unit of time (not each step's).  Ties go to the smaller cap.
     """
     used = [len(p) - 1 for p in probs]
+    lam = len(probs) * (rate[0] / rate[1]) if rate[1] > 0.0 else float(len(probs)) / costs[0]
     total = float(len(probs))  # accumulated cap by cap, requests in batch order
-    best, cap = total / costs[0], 0
+    best, best_total, cap = total - lam * costs[0], total, 0
     for k in range(1, max(used, default=0) + 1):
         for b, p in enumerate(probs):
             if k <= used[b]:
                 total += p[k]
-        if total / costs[k] > best:
-            best, cap = total / costs[k], k
+        if total - lam * costs[k] > best:
+            best, best_total, cap = total - lam * costs[k], total, k
+    rate[0] += best_total
+    rate[1] += costs[cap] * len(probs)
     return cap
 
 

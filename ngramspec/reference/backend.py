@@ -29,6 +29,7 @@ class ReferenceBackend:
         self.config = config
         self.trie = Trie(config.trie_depth, config.capacity)
         self.states: dict[Hashable, MatchState] = {}
+        self.auto_rate = [0.0, 0.0]  # min_expected_accept="auto": expected tokens, time
         if config.stateful:
             self.schedule = BreadthSchedule.sglang_0523(
                 config.trie_depth, config.min_bfs_breadth, config.max_bfs_breadth)
@@ -115,7 +116,8 @@ class ReferenceBackend:
             sources.append(stateless_anchors(self.trie, context))
             trees.append(build_adaptive(sources, params, [0, 1][-len(sources):]))
         if auto:
-            cap = choose_cap([tree_probs for _, tree_probs, _ in trees], costs.tolist())
+            cap = choose_cap([tree_probs for _, tree_probs, _ in trees], costs.tolist(),
+                             self.auto_rate)
             trees = [(prefix_tree(tree, min(used, cap)), tree_probs, min(used, cap))
                      for tree, tree_probs, used in trees]
         for b, (tree, tree_probs, used) in enumerate(trees):
@@ -131,6 +133,7 @@ class ReferenceBackend:
     def reset(self) -> None:
         self.trie.reset()
         self.states.clear()
+        self.auto_rate = [0.0, 0.0]
 
     @property
     def node_count(self) -> int:
