@@ -245,6 +245,15 @@ def test_bad_costs():
         step_costs(COSTS["flat"], 0, 4)
 
 
+def test_docstring_examples():
+    import doctest
+
+    import ngramspec.acceptance as module
+
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
+
+
 def test_auto_round_trips_through_toml():
     cfg = ns.NgramConfig.recommended(min_expected_accept="auto", calibrated_estimates=True)
     assert ns.NgramConfig.from_toml(cfg.to_toml()) == cfg
