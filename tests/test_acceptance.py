@@ -257,3 +257,28 @@ def test_docstring_examples():
 def test_auto_round_trips_through_toml():
     cfg = ns.NgramConfig.recommended(min_expected_accept="auto", calibrated_estimates=True)
     assert ns.NgramConfig.from_toml(cfg.to_toml()) == cfg
+
+
+def test_cli_auto(tmp_path, streams, capsys):
+    """``--min-expected-accept auto`` simulates with the cost flags, and is refused without."""
+    import io
+
+    from ngramspec.cli import main
+    from ngramspec.streams import write_streams
+
+    prompts, outputs, ids = streams
+    path = tmp_path / "few.jsonl"
+    write_streams([{"id": i, "prompt_ids": p.tolist(), "output_ids": o.tolist()}
+                   for i, p, o in zip(ids, prompts, outputs)], path)
+    out = io.StringIO()
+    argv = [str(path), "--preset", "recommended", "--min-expected-accept", "auto",
+            "--calibrated-estimates", "true"]
+    assert main(["simulate", *argv, "--decode-ms", "12.2", "--verify-ms", "30"],
+                stdout=out) == 0
+    cfg = ns.NgramConfig.recommended(min_expected_accept="auto", calibrated_estimates=True)
+    rows = ns.read_streams(path)
+    r = ns.simulate(rows, config=cfg, costs=COSTS["flat"])
+    assert f"{r.tokens_per_step:.3f}" in out.getvalue()
+    assert main(["simulate", *argv], stdout=io.StringIO()) == 2
+    assert "--min-expected-accept auto chooses tree sizes from step costs" in \
+        capsys.readouterr().err
