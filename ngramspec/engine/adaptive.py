@@ -4,6 +4,11 @@
 Up to two sources (a request's own trie, then the shared one) are given as the arrays of two
 tries; anchors are found statelessly.  The candidate heap is preallocated to its bound.  The candidate heap is keyed by (probability descending,
 push order ascending): all keys differ, so any correct heap pops in the reference's order.
+
+The estimates (count ratios, or :func:`cond_estimate` with a calibration table) and the size
+chosen after construction (:func:`keeps_tree` for a fixed ``min_expected_accept``;
+:func:`save_creation`, :func:`choose_cap` and :func:`layout_prefix` for ``"auto"``) are
+separate functions of their own.
 """
 
 from __future__ import annotations
