@@ -96,6 +96,7 @@ class NgramCache:
                  min_expected_accept: float | None = None,
                  external_sam_budget: int | None = None,
                  external_corpus_max_tokens: int | None = None,
+                 calibrated_estimates: bool | None = None,
                  config: NgramConfig | None = None, backend: str = "numba") -> None:
         options = {k: v for k, v in dict(
             max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
@@ -106,7 +107,8 @@ class NgramCache:
             exact_counts=exact_counts, local_index=local_index, min_token_prob=min_token_prob,
             max_spec_factor=max_spec_factor,
             min_expected_accept=min_expected_accept, external_sam_budget=external_sam_budget,
-            external_corpus_max_tokens=external_corpus_max_tokens).items() if v is not None}
+            external_corpus_max_tokens=external_corpus_max_tokens,
+            calibrated_estimates=calibrated_estimates).items() if v is not None}
         if config is not None:
             if options:
                 raise ValueError(f"pass either config= or individual options, not both "
@@ -214,7 +216,8 @@ class NgramCache:
 
     def match(self, contexts, request_ids: Sequence[Any] | None = None,
               total_lens: Sequence[int] | None = None, *,
-              local: Sequence["NgramCache | None"] | None = None) -> DraftBatch:
+              local: Sequence["NgramCache | None"] | None = None, costs: Any = None,
+              batch_size: int | None = None) -> DraftBatch:
         """Draft a token tree for each context (SGLang's ``batch_get``).
 
         Waits first for inserts queued with ``wait=False`` (as SGLang's worker synchronizes
@@ -241,6 +244,13 @@ class NgramCache:
             ``match_type="ADAPTIVE"`` only: per context, the request's own cache (same
             backend), searched before this one (``None``: this one alone).  What
             :class:`Drafter` does with ``local_index``.
+        costs : CostTable or CostModel, optional
+            Required with ``min_expected_accept="auto"`` (refused otherwise): the step costs
+            from which the tree size is chosen, jointly for the contexts of this call (pass
+            a step's whole batch in one call).
+        batch_size : int, optional
+            With ``costs``: the requests in the step's forward (default ``len(contexts)``),
+            if this call holds only some of them.
         """
         batch = v.as_contexts(contexts)
         keys = lens = None
@@ -255,7 +265,11 @@ class NgramCache:
                 if keys is None:
                     lens = None  # checked, and meaningless without ids
         if self._adaptive:
-            return self._match_adaptive(batch, self._local_backends(local, len(batch)))
+            return self._match_adaptive(batch, self._local_backends(local, len(batch)),
+                                        self._step_costs(costs, batch_size, len(batch)))
+        if costs is not None or batch_size is not None:
+            raise ValueError("costs= and batch_size= are for match_type='ADAPTIVE' with "
+                             "min_expected_accept='auto' only")
         if local is not None:
             raise ValueError("local= is for match_type='ADAPTIVE' only (local caches are "
                              f"searched by it); this cache's is {self._config.match_type!r}")
@@ -284,11 +298,28 @@ class NgramCache:
             out.append(None if c is None else c._backend)
         return out
 
-    def _match_adaptive(self, batch: list[np.ndarray], local_backends: list | None
-                        ) -> DraftBatch:
+    def _step_costs(self, costs: Any, batch_size: Any, n: int) -> np.ndarray | None:
+        from .acceptance import check_costs, step_costs
+
+        costs = check_costs(self._config, costs)
+        if costs is None:
+            if batch_size is not None:
+                raise ValueError("batch_size= goes with costs= (min_expected_accept='auto')")
+            return None
+        if batch_size is None:
+            batch_size = n
+        elif isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < n:
+            raise ValueError(f"batch_size must be an int >= the {n} contexts of this call "
+                             f"(requests in the step's forward), got {batch_size!r}")
+        return step_costs(costs, int(batch_size), self._config.draft_token_num)
+
+    def _match_adaptive(self, batch: list[np.ndarray], local_backends: list | None,
+                        costs: np.ndarray | None = None) -> DraftBatch:
         self.synchronize()
         with self._lock:
-            tokens, mask, num, probs = self._backend.match_adaptive(batch, local_backends)
+            tokens, mask, num, probs = self._backend.match_adaptive(batch, local_backends,
+                                                                    costs)
         return DraftBatch._trusted(tokens, mask, num, probs)
 
     def erase(self, request_ids: Sequence[Any]) -> None:

@@ -99,11 +99,15 @@ def _parse_value(name: str, text: str, kind: Any) -> Any:
             return _parse_bool(item)
         except ValueError as e:
             raise ValueError(f"{_flag(name)}: {e}") from None
+    if name == "min_expected_accept" and item == "auto":
+        return item  # tree sizes from the cost given (--cost-table, --decode-ms, ...)
     if kind in (int, float):
         try:
             return kind(item)
         except ValueError:
             what = "an integer" if kind is int else "a number"
+            if name == "min_expected_accept":
+                what += " or 'auto'"
             raise ValueError(f"{_flag(name)}: {item!r} is not {what}") from None
     if item not in kind:
         raise ValueError(f"{_flag(name)}: {item!r} is not one of {', '.join(kind)}")
@@ -464,6 +468,18 @@ def _make_config(base: dict[str, Any], options: dict[str, Any],
         raise type(e)(f"{e} (settings from {_layers(args)})") from None
 
 
+def _auto_costs(config: NgramConfig, cost: CostTable | CostModel | None
+                ) -> CostTable | CostModel | None:
+    """The cost that ``min_expected_accept auto`` sizes trees from (None otherwise)."""
+    if config.min_expected_accept != "auto":
+        return None
+    if cost is None:
+        raise ValueError("--min-expected-accept auto chooses tree sizes from step costs: give "
+                         "--cost-table, or --decode-ms and --verify-ms, or --step-ms and "
+                         "--token-ms")
+    return cost
+
+
 def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     config = _make_config(_base_options(args), _config_options(args), args)
     cost = _cost_model(args)
@@ -478,7 +494,7 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
         bar = ProgressBar(f"simulate c={c}", force=args.progress)
         try:
             result = simulate(rows, config=config, concurrency=c, backend=args.backend,
-                              progress=bar, corpora=corpora)
+                              progress=bar, corpora=corpora, costs=_auto_costs(config, cost))
         finally:
             bar.close()
         pred = predict_serving(result, cost, draft_ms=args.draft_ms) if cost else None
@@ -577,8 +593,9 @@ def _init_worker(parts: dict[str, list[dict]]) -> None:
 
 def _run_one(job: tuple) -> dict:
     options, asked, concurrency, backend, cost, draft_ms, base, part = job
-    r = simulate(_WORKER_ROWS[part], config=NgramConfig(**{**base, **options}),
-                 concurrency=concurrency, backend=backend)
+    config = NgramConfig(**{**base, **options})
+    r = simulate(_WORKER_ROWS[part], config=config, concurrency=concurrency, backend=backend,
+                 costs=_auto_costs(config, cost))
     s = r.summary
     out = dict(options=options, concurrency=asked, part=part, tokens_per_step=s.tokens_per_step,
                draft_nodes_per_step=s.draft_nodes_per_step,

@@ -15,9 +15,12 @@ __all__ = ["NgramConfig", "MATCH_TYPES", "PROFILES", "PRESETS"]
 MATCH_TYPES = ("BFS", "PROB", "ADAPTIVE")
 #: Options beyond SGLang (all off by default): what ``Drafter`` and the ADAPTIVE builder add.
 BEYOND_SGLANG = ("index_prompt", "exact_counts", "local_index", "min_token_prob",
-                 "max_spec_factor", "min_expected_accept", "shared_pseudo_count")
+                 "max_spec_factor", "min_expected_accept", "shared_pseudo_count",
+                 "calibrated_estimates")
 _ADAPTIVE_ONLY = ("min_token_prob", "max_spec_factor", "min_expected_accept",
                   "shared_pseudo_count")
+#: ``min_expected_accept`` may also be this: the tree size chosen from step costs.
+AUTO = "auto"
 _ADAPTIVE_MAX_DRAFT = 256
 #: SGLang releases whose drafter can be reproduced; the first is the default.
 PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
@@ -28,7 +31,7 @@ _INT32_MAX = 2**31 - 1
 _MAX_CORPUS_TOKENS = 2**29
 
 #: Named starting points (``NgramConfig.preset(name)``, ``--preset`` on the command line).
-PRESETS = ("sglang", "recommended", "recommended-cost-aware")
+PRESETS = ("sglang", "recommended", "recommended-cost-aware", "calibrated")
 # The options each preset sets (later layers, a TOML file or flags, override them).
 _PRESET_OPTIONS: dict[str, dict[str, Any]] = {
     "sglang": {},
@@ -38,6 +41,12 @@ _PRESET_OPTIONS: dict[str, dict[str, Any]] = {
 }
 _PRESET_OPTIONS["recommended-cost-aware"] = dict(_PRESET_OPTIONS["recommended"],
                                                  min_expected_accept=4.0)
+# The wide trees the calibration table of ``acceptance`` was fitted on (tuning part only), with
+# its estimates: the base for ``min_expected_accept="auto"`` with step costs.
+_PRESET_OPTIONS["calibrated"] = dict(index_prompt=True, exact_counts=True, local_index=True,
+                                     match_type="ADAPTIVE", min_token_prob=0.18,
+                                     max_spec_factor=4.0, max_trie_depth=24,
+                                     calibrated_estimates=True)
 
 # Fields that exist in one profile only, and their defaults there (SGLang's server defaults).
 # draft_token_num is shared but resolved per profile (see NgramConfig).
@@ -146,10 +155,13 @@ class NgramConfig:
     max_spec_factor : float
         ADAPTIVE only: an anchor of length ``d`` drafts at most ``max(1, int(factor * d))``
         nodes (0 = no such cap): short matches earn short drafts.
-    min_expected_accept : float
+    min_expected_accept : float or "auto"
         ADAPTIVE only: draft nothing when the expected accept length (``1 +`` the sum of the
         drafted probabilities) is below this: a step without drafts can run as a plain decode.
         The break-even of a cost model (verify time / decode time) is the natural value.
+        ``"auto"``: per step, cut the trees of the batch to the size (possibly none) that
+        maximises the expected emitted tokens per unit of step time, from step costs given to
+        the drafter (``costs=``; see :mod:`ngramspec.acceptance`).
     shared_pseudo_count : float
         ADAPTIVE only (0 = off): the shared trie's estimates count for less where their
         context is short.  Below a shared-trie node that continues a context of ``n`` tokens
@@ -157,6 +169,11 @@ class NgramConfig:
         shared_pseudo_count / n)``: n-grams learned from other requests predict a request's
         next token less often than their counts say when the match is short (measured on the
         tuning part), while long matches keep their counts.
+    calibrated_estimates : bool
+        ADAPTIVE only: score candidates by calibrated probabilities (fitted on recorded
+        traffic: by source, matched length, count and rank; :mod:`ngramspec.acceptance`)
+        instead of count ratios, which are optimistic on rare n-grams.  An alternative to
+        ``shared_pseudo_count`` (both replace the count ratios), so not combined with it.
     external_sam_budget : int
         ``sglang-0.5.23`` BFS/PROB only (default 0: corpora off).  Draft nodes per tree that
         the loaded external corpora share (:meth:`~ngramspec.NgramCache.add_corpus`);
@@ -208,10 +225,11 @@ class NgramConfig:
     local_index: bool = False
     min_token_prob: float = 0.0
     max_spec_factor: float = 0.0
-    min_expected_accept: float = 0.0
+    min_expected_accept: float | Literal["auto"] = 0.0
     shared_pseudo_count: float = 0.0
     external_sam_budget: int = 0
     external_corpus_max_tokens: int = 10_000_000
+    calibrated_estimates: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, str) or self.profile not in PROFILES:
@@ -272,12 +290,17 @@ class NgramConfig:
         self._check_corpora()
 
     def _check_beyond_sglang(self) -> None:
-        for name in ("index_prompt", "exact_counts", "local_index"):
+        for name in ("index_prompt", "exact_counts", "local_index", "calibrated_estimates"):
             if not isinstance(getattr(self, name), (bool, _np_bool_types())):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
             object.__setattr__(self, name, bool(getattr(self, name)))
         for name in _ADAPTIVE_ONLY:
             value = getattr(self, name)
+            if name == "min_expected_accept" and isinstance(value, str):
+                if value != AUTO:
+                    raise ValueError(f"min_expected_accept must be a number >= 0 or 'auto' "
+                                     f"(sizes from step costs), got {value!r}")
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
             value = float(value)
@@ -286,6 +309,10 @@ class NgramConfig:
             object.__setattr__(self, name, value)
         if self.min_token_prob > 1.0:
             raise ValueError(f"min_token_prob is a probability (0..1), got {self.min_token_prob}")
+        if self.calibrated_estimates and self.shared_pseudo_count:
+            raise ValueError("calibrated_estimates=True and shared_pseudo_count="
+                             f"{self.shared_pseudo_count} both replace the count ratios; set "
+                             "shared_pseudo_count=0 to use the calibrated estimates")
         beyond = [n for n in BEYOND_SGLANG if getattr(self, n)]
         if self.match_type == "ADAPTIVE":
             beyond.append("match_type='ADAPTIVE'")
@@ -296,7 +323,7 @@ class NgramConfig:
             raise ValueError("local_index=True drafts through match_type='ADAPTIVE' (SGLang's "
                              f"BFS/PROB have one trie), got match_type={self.match_type!r}")
         if self.match_type != "ADAPTIVE":
-            set_ = [n for n in _ADAPTIVE_ONLY if getattr(self, n)]
+            set_ = [n for n in _ADAPTIVE_ONLY + ("calibrated_estimates",) if getattr(self, n)]
             if set_:
                 raise ValueError(f"{', '.join(set_)} only apply to match_type='ADAPTIVE' "
                                  f"(got match_type={self.match_type!r})")
@@ -486,7 +513,10 @@ class NgramConfig:
         ``"sglang"``: none (SGLang's server defaults); ``"recommended"``: those of
         :meth:`recommended`; ``"recommended-cost-aware"``: those plus
         ``min_expected_accept=4.0`` (the value measured on the tuning part to keep every task
-        group at or above break-even under a verify step 2.46 times a decode step).
+        group at or above break-even under a verify step 2.46 times a decode step);
+        ``"calibrated"``: wide ADAPTIVE trees (``min_token_prob=0.18``, ``max_spec_factor=4``,
+        ``max_trie_depth=24``) scored by the calibrated estimates of :mod:`ngramspec.acceptance`
+        (the settings its table was fitted on), the base for ``min_expected_accept="auto"``.
 
         Examples
         --------
@@ -511,7 +541,8 @@ class NgramConfig:
         >>> NgramConfig.preset("fast")
         Traceback (most recent call last):
         ...
-        ValueError: unknown preset 'fast'; presets: sglang, recommended, recommended-cost-aware
+        ValueError: unknown preset 'fast'; presets: sglang, recommended, recommended-cost-aware,
+        calibrated
         """
         options = cls.preset_options(name)
         options.update(overrides)
@@ -685,6 +716,9 @@ def toml_options(source: "str | os.PathLike[str]") -> tuple[dict[str, Any], str]
             raise ValueError(f"{where}: unknown field {key!r}{hint}; NgramConfig fields: "
                              f"{', '.join(fields)}")
         kind = _toml_kind(fields[key])
+        if key == "min_expected_accept" and value == AUTO:
+            options[key] = value
+            continue
         ok = (isinstance(value, bool) if kind is bool else
               isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
               else isinstance(value, kind) and not isinstance(value, bool))

@@ -85,6 +85,10 @@ class Drafter:
         drafters, or a drafter and your own code, can share one trie.
     backend : {"numba", "reference"}
         Backend of the cache created here.
+    costs : CostTable or CostModel, optional
+        The step costs, required with ``min_expected_accept="auto"`` (refused otherwise):
+        ``propose`` cuts the trees of each batch to the size that maximises the expected
+        emitted tokens per unit of step time (:mod:`ngramspec.acceptance`).
 
     Examples
     --------
@@ -104,7 +108,7 @@ class Drafter:
     """
 
     def __init__(self, *, config: NgramConfig | None = None, cache: NgramCache | None = None,
-                 backend: str = "numba") -> None:
+                 backend: str = "numba", costs: Any = None) -> None:
         if cache is not None:
             if config is not None:
                 raise ValueError("pass either config or cache, not both (a cache carries its "
@@ -116,6 +120,9 @@ class Drafter:
             self.cache = NgramCache(config=v.check_config(config),
                                     backend=v.check_backend(backend, BACKENDS))
         cfg = self.cache.config
+        from .acceptance import check_costs
+
+        self._costs = check_costs(cfg, costs)
         # Exact counting (once per occurrence, as tokens arrive) into which trie.
         self._exact = cfg.exact_counts or cfg.local_index
         self._requests: dict[Hashable, _Request] = {}
@@ -208,14 +215,18 @@ class Drafter:
         req = self._get(rid, "rid")[1]
         return req.tokens()[req.prompt_len:].copy()
 
-    def propose(self, rids: Sequence[Any]) -> DraftBatch:
+    def propose(self, rids: Sequence[Any], *, batch_size: int | None = None) -> DraftBatch:
         """Draft trees for these requests, in this order (one row each).
 
         Matches each request's last ``max_trie_depth`` tokens statefully, with its full
         length as ``total_len`` (0.5.9: the last ``max_match_window_size``, statelessly;
         ADAPTIVE: statelessly, the request's own trie first with ``local_index``).  Every
         request proposed must be accepted (or finished) before it is proposed again.
+        ``batch_size`` (with ``costs``): requests in the step's forward, default
+        ``len(rids)``.
         """
+        if batch_size is not None and self._costs is None:
+            raise ValueError("batch_size= goes with costs= (min_expected_accept='auto')")
         if isinstance(rids, (str, bytes)) or not isinstance(rids, (Sequence, np.ndarray)):
             raise TypeError(f"rids must be a sequence of request ids, got {type(rids).__name__}")
         if len(rids) == 0:
@@ -232,7 +243,8 @@ class Drafter:
             lens.append(req.size)
             locals_.append(req.local)
         if cfg.match_type == "ADAPTIVE":
-            drafts = self.cache.match(contexts, local=locals_ if cfg.local_index else None)
+            drafts = self.cache.match(contexts, local=locals_ if cfg.local_index else None,
+                                      costs=self._costs, batch_size=batch_size)
         elif cfg.stateful:
             drafts = self.cache.match(contexts, request_ids=keys, total_lens=lens)
         else:

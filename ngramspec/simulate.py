@@ -251,17 +251,21 @@ class SimulationResult:
         return out
 
 
-def _check_args(config: Any, concurrency: Any, backend: Any) -> NgramConfig:
+def _check_args(config: Any, concurrency: Any, backend: Any, costs: Any = None
+                ) -> NgramConfig:
+    from .acceptance import check_costs
+
     config = v.check_config(config)
     v.as_positive_int(concurrency, "concurrency", "requests decoded together")
     v.check_backend(backend, BACKENDS)
+    check_costs(config, costs)
     return config
 
 
 def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
              concurrency: int = 1, backend: str = "numba",
              progress: ProgressFn | None = None,
-             corpora: Mapping[str, Any] | None = None) -> SimulationResult:
+             corpora: Mapping[str, Any] | None = None, costs: Any = None) -> SimulationResult:
     """Replay SGLang's serving loop with n-gram speculation on recorded greedy streams.
 
     Parameters
@@ -286,6 +290,9 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         External corpora loaded before the traffic (needs ``config.external_sam_budget > 0``;
         see :meth:`~ngramspec.NgramCache.add_corpus`).  Replayed step by step through a
         :class:`~ngramspec.Drafter` (the compiled loop has no corpora yet).
+    costs : CostTable or CostModel, optional
+        Required with ``min_expected_accept="auto"`` (refused otherwise): the step costs
+        the tree sizes are chosen from, at each step's batch size.
 
     Returns
     -------
@@ -308,7 +315,7 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     >>> r.summary.verify_steps, r.tokens_per_step
     (5, 2.2)
     """
-    config = _check_args(config, concurrency, backend)
+    config = _check_args(config, concurrency, backend, costs)
     rows = read_streams(streams)
     if not rows:
         raise ValueError("streams holds no requests")
@@ -324,12 +331,13 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     if backend == "numba" and not corpora:  # the compiled replay has no corpora yet
         from .engine.replay import replay  # imports numba: only when simulating
 
-        out = replay(prompts, outputs, config, concurrency=concurrency, progress=progress)
+        out = replay(prompts, outputs, config, concurrency=concurrency, progress=progress,
+                     costs=costs)
         emitted, drafts, cpu, batch_steps, wall = (out.emitted, out.drafts, out.draft_seconds,
                                                    out.batch_steps, out.wall_seconds)
     else:
         emitted, drafts, cpu, batch_steps, wall = _replay_stepwise(
-            prompts, outputs, config, concurrency, backend, ids, progress, corpora)
+            prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs)
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=ids,
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
@@ -364,12 +372,12 @@ def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.nd
 
 def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
                      ids: list[Hashable], progress: ProgressFn | None,
-                     corpora: Mapping[str, Any] | None = None):
+                     corpora: Mapping[str, Any] | None = None, costs: Any = None):
     """The loop step by step through :class:`~ngramspec.Drafter` (whose bookkeeping follows
     the config's profile and options) and :func:`~ngramspec.verify_greedy`."""
     from .drafter import Drafter
 
-    drafter = Drafter(config=config, backend=backend)
+    drafter = Drafter(config=config, backend=backend, costs=costs)
     if corpora is not None and not isinstance(corpora, Mapping):
         raise TypeError(f"corpora must be a mapping of corpus id to documents, got "
                         f"{type(corpora).__name__}")

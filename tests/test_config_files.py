@@ -119,7 +119,7 @@ def test_toml_file_round_trip(tmp_path):
 
 
 def test_presets():
-    assert PRESETS == ("sglang", "recommended", "recommended-cost-aware")
+    assert PRESETS == ("sglang", "recommended", "recommended-cost-aware", "calibrated")
     assert NgramConfig.preset("sglang") == NgramConfig()
     assert NgramConfig.preset("recommended") == NgramConfig.recommended()
     aware = NgramConfig.preset("recommended-cost-aware")

@@ -4,6 +4,11 @@
 Up to two sources (a request's own trie, then the shared one) are given as the arrays of two
 tries; anchors are found statelessly.  The candidate heap is preallocated to its bound.  The candidate heap is keyed by (probability descending,
 push order ascending): all keys differ, so any correct heap pops in the reference's order.
+
+The estimates (count ratios, or :func:`cond_estimate` with a calibration table) and the size
+chosen after construction (:func:`keeps_tree` for a fixed ``min_expected_accept``;
+:func:`save_creation`, :func:`choose_cap` and :func:`layout_prefix` for ``"auto"``) are
+separate functions of their own.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from .._jit import jit
 from .tree import _map_get, _map_insert, _tree_reset, fill_result
 from .trie import Trie, child_of
 
-__all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive"]
+__all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adaptive_saved",
+           "choose_cap", "layout_prefix", "cond_estimate"]
 
 #: Work arrays of one ADAPTIVE tree: anchors, the tree (as in :data:`~.tree.Scratch`) with
 #: ``t_prob`` per node, ``slot_parent``, the top-children list ``k_p``/``k_node``, the
@@ -86,10 +92,39 @@ def _heap_pop(h_p, h_o, h_par, h_node, size):
 
 
 @jit
+def _trie_depth(par, node):
+    d = 0
+    while node != 0:
+        node = par[node]
+        d += 1
+    return d
+
+
+@jit
+def cond_estimate(cal, src, ctx_len, deep, total, rank, freq):
+    """The calibrated probability of a child (:mod:`ngramspec.acceptance`: the table ``cal``,
+    the source ``src`` (0 own trie, 1 shared), the matched length, whether the parent lies
+    below its anchor (``deep``), the parent's count total, the child's rank among its siblings
+    and its count), clipped to [0, 1]."""
+    nc = int(cal[0])
+    nt = int(cal[1])
+    ci = 0
+    while ci + 1 < nc and cal[3 + ci] <= ctx_len:
+        ci += 1
+    ti = 0
+    while ti + 1 < nt and cal[3 + nc + ti] <= total:
+        ti += 1
+    at = 2 + nc + nt + ((((src * nc + ci) * nt + ti) * 2 + deep) * 2 + min(rank, 1)) * 2
+    q = cal[at] + cal[at + 1] * (float(freq) / float(total))
+    return min(1.0, max(0.0, q))
+
+
+@jit
 def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_counts, sc,
-                   used):
+                   used, src, cal):
     """Expand the anchors of one trie into the tree; ``pseudo``: its pseudo-count
-    (``shared_pseudo_count``; 0.0 = plain conditional frequencies)."""
+    (``shared_pseudo_count``; 0.0 = plain conditional frequencies); ``src``: 0 for the
+    request's own trie, 1 for the shared one; ``cal``: the calibration table (empty: none)."""
     (_, _, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
      h_p, h_o, h_par, h_node, t_lvl) = sc
     tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
@@ -97,6 +132,7 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_c
     # first (0.5.9's window rule with the window 1..depth), found as it is reached: the limit
     # of an anchor only falls with its length, so once one is reached, every shorter anchor
     # would be skipped too and their walks are not needed.
+    d_top = 0  # the longest anchor: the context's match length in this source
     for d in range(min(ctx.size, max_depth), 0, -1):
         limit = budget
         if factor > 0.0:
@@ -110,6 +146,8 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_c
                 break
         if node == -1 or c_head[node] == -1:
             continue
+        if d_top == 0:
+            d_top = d
         size = 0
         pushes = 0
         pos = 0
@@ -146,8 +184,15 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_c
                         if kept < budget:
                             kept += 1
                     ch = c_next[ch]
+                # The matched length the child continues, counted from the longest anchor.
+                below = _trie_depth(par, node) - d if cal.size else 0
+                deep = 1 if below > 0 else 0
                 for j in range(kept):
-                    _heap_push(h_p, h_o, h_par, h_node, size, k_p[j], pushes, pos, k_node[j])
+                    p = k_p[j]
+                    if cal.size:
+                        p = prob * cond_estimate(cal, src, below + d_top, deep, total, j,
+                                                 freq[k_node[j]])
+                    _heap_push(h_p, h_o, h_par, h_node, size, p, pushes, pos, k_node[j])
                     size += 1
                     pushes += 1
             if size == 0 or used >= limit:
@@ -171,28 +216,26 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_c
 
 
 @jit
-def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask, out_prob):
+def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask, out_prob,
+               cal):
     """One request's ADAPTIVE tree from the named tries ``local`` (searched first; None: no
     local trie) and ``shared``, laid out in SGLang's format; returns the drafted count.
-    ``params``: ``(max_depth, budget, min_prob, factor, min_expected, shared_pseudo)``."""
+    ``params``: ``(max_depth, budget, min_prob, factor, min_expected, shared_pseudo)``;
+    ``cal``: the calibration table of :mod:`ngramspec.acceptance` (empty: probabilities from
+    counts)."""
     max_depth, budget, min_prob, factor, min_expected, shared_pseudo = params
-    t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob = (sc.t_tok, sc.t_head, sc.t_next,
-                                                         sc.t_cnt, sc.t_bc, sc.order, sc.t_prob)
+    t_head, t_cnt, t_bc, order, t_prob = sc.t_head, sc.t_cnt, sc.t_bc, sc.order, sc.t_prob
     _tree_reset(t_head, t_cnt, t_bc)
     t_prob[0] = 1.0
     used = 0
     if local is not None:
         used = _expand_source(ctx, max_depth, budget, min_prob, factor, 0.0, local,
-                              bucket_counts, sc, used)
+                              bucket_counts, sc, used, 0, cal)
     used = _expand_source(ctx, max_depth, budget, min_prob, factor, shared_pseudo, shared,
-                          bucket_counts, sc, used)
-    if used > 0:
-        total = 0.0  # summed as the reference does: the probabilities, then 1 + the sum
-        for i in range(1, used + 1):
-            total += t_prob[i]
-        if 1.0 + total < min_expected:
-            _tree_reset(t_head, t_cnt, t_bc)
-            used = 0
+                          bucket_counts, sc, used, 1, cal)
+    if used > 0 and not keeps_tree(t_prob, used, min_expected):
+        _tree_reset(t_head, t_cnt, t_bc)
+        used = 0
     n = budget + 1
     fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
     out_prob[0] = 1.0
@@ -201,14 +244,104 @@ def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_ma
     return used
 
 
+# --- the size of the tree, after construction ----------------------------------------------
+
+
+@jit
+def keeps_tree(t_prob, used, min_expected):
+    """A fixed ``min_expected_accept``: the whole tree or nothing."""
+    total = 0.0  # summed as the reference does: the probabilities, then 1 + the sum
+    for i in range(1, used + 1):
+        total += t_prob[i]
+    return not (1.0 + total < min_expected)
+
+
+@jit
+def save_creation(sc, used, tok_row, par_row, prob_row):
+    """Node ``1 .. used`` of the tree in ``sc`` (creation order: every prefix is a tree) as
+    token, parent node and probability rows, for :func:`layout_prefix`."""
+    t_head, t_next, t_tok, t_prob = sc.t_head, sc.t_next, sc.t_tok, sc.t_prob
+    prob_row[0] = 1.0
+    for p in range(used + 1):
+        c = t_head[p]
+        while c != -1:
+            par_row[c] = p
+            tok_row[c] = t_tok[c]
+            prob_row[c] = t_prob[c]
+            c = t_next[c]
+
+
+@jit
+def choose_cap(prob_rows, used, costs, rate):
+    """The cap ``k`` on drafted nodes per request for one step of ``used.size`` requests
+    (``prob_rows[b, i]``: node ``i`` of request ``b`` in creation order; ``costs[k]``: the
+    step's time with trees of ``k`` drafts).  The batch expects ``E(k) = sum_b (1 +
+    sum_{i <= min(k, used_b)} p_bi)`` tokens; the cap maximises ``E(k) - lam * costs[k]``,
+    ``lam`` the expected tokens per unit of time of the steps so far (``rate``: their summed
+    expected tokens and times, updated here; the decode rate before the first step), so that
+    over the run the expected tokens per unit of time are the largest.  Ties go to the smaller
+    cap."""
+    nreq = used.size
+    top = 0
+    for b in range(nreq):
+        top = max(top, used[b])
+    lam = nreq * (rate[0] / rate[1]) if rate[1] > 0.0 else float(nreq) / costs[0]
+    total = float(nreq)
+    best = total - lam * costs[0]
+    best_total = total
+    cap = 0
+    for k in range(1, top + 1):
+        for b in range(nreq):
+            if k <= used[b]:
+                total += prob_rows[b, k]
+        gain = total - lam * costs[k]
+        if gain > best:
+            best = gain
+            best_total = total
+            cap = k
+    rate[0] += best_total
+    rate[1] += costs[cap] * nreq
+    return cap
+
+
+@jit
+def layout_prefix(last_token, k, tok_row, par_row, prob_row, sc, bucket_counts, out_tokens,
+                  out_mask, out_prob):
+    """Lay out the first ``k`` nodes of a saved tree (:func:`save_creation`): inserted again
+    in creation order, the maps are those the construction had after its ``k``-th node."""
+    t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob = (sc.t_tok, sc.t_head, sc.t_next,
+                                                         sc.t_cnt, sc.t_bc, sc.order, sc.t_prob)
+    _tree_reset(t_head, t_cnt, t_bc)
+    for pos in range(1, k + 1):
+        _map_insert(par_row[pos], pos, tok_row[pos], t_tok, t_head, t_next, t_cnt, t_bc,
+                    bucket_counts, order)
+        t_prob[pos] = prob_row[pos]
+    n = out_tokens.size
+    fill_result(last_token, n, sc, out_tokens, out_mask)
+    out_prob[0] = 1.0
+    for s in range(1, n):
+        out_prob[s] = t_prob[order[s - 1]] if s <= k else 0.0
+
+
 @jit
 def draft_adaptive(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
-                   out_prob):
+                   out_prob, cal):
     """:func:`draft_tree` called from Python: ``local``/``shared`` are plain trie bundles
     (:attr:`~.trie.TrieArrays.bundle`; ``local`` None: no local trie), ``sc`` an
     :func:`adaptive_scratch`."""
     if local is None:
         return draft_tree(ctx, params, None, Trie(*shared), bucket_counts, sc, out_tokens,
-                          out_mask, out_prob)
+                          out_mask, out_prob, cal)
     return draft_tree(ctx, params, Trie(*local), Trie(*shared), bucket_counts, sc, out_tokens,
-                      out_mask, out_prob)
+                      out_mask, out_prob, cal)
+
+
+@jit
+def draft_adaptive_saved(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
+                         out_prob, cal, tok_row, par_row, prob_row):
+    """:func:`draft_adaptive` (``params`` without a threshold), the tree also saved
+    (:func:`save_creation`) for a size chosen over the batch."""
+    used = draft_adaptive(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
+                          out_prob, cal)
+    save_creation(sc, used, tok_row, par_row, prob_row)
+    return used

@@ -13,7 +13,8 @@ from ..config import NgramConfig
 from .match import States, match_anchors, new_states, window_anchors
 from .tree import (BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, scratch_in,
                    scratch_sizes)
-from .adaptive import adaptive_scratch, draft_adaptive
+from .adaptive import (adaptive_scratch, choose_cap, draft_adaptive, draft_adaptive_saved,
+                       layout_prefix)
 from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel
 
 __all__ = ["EngineBackend"]
@@ -121,6 +122,7 @@ class EngineBackend:
                         int(config.budget), int(config.match_type == "PROB"))
         self._rows: dict[Hashable, int] = {}
         self._adaptive_scratch = None
+        self.auto_rate = np.zeros(2, np.float64)  # min_expected_accept="auto": tokens, time
         self.states = new_states(16, config.trie_depth)
         self._free_rows = list(range(15, 0, -1))  # row 0 is scratch for stateless matching
         self._last_keys: list | None = None  # the last batch of ids and its rows (a cache)
@@ -232,8 +234,13 @@ class EngineBackend:
 
     def match_adaptive(self, contexts: Sequence[np.ndarray],
                        local: Sequence["EngineBackend | None"] | None = None,
+                       costs: np.ndarray | None = None,
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """ADAPTIVE drafts (stateless); ``local[b]``: request b's own backend, searched first."""
+        """ADAPTIVE drafts (stateless); ``local[b]``: request b's own backend, searched first.
+        ``costs`` (``min_expected_accept="auto"``): the step time per drafted-node cap, the
+        cap chosen over the batch (:func:`~.adaptive.choose_cap`)."""
+        from ..acceptance import calibration_array
+
         cfg = self.config
         n = cfg.draft_token_num
         b = len(contexts)
@@ -244,14 +251,34 @@ class EngineBackend:
         if self._adaptive_scratch is None:
             self._adaptive_scratch = adaptive_scratch(cfg.budget, cfg.trie_depth)
         sc = self._adaptive_scratch
+        auto = costs is not None
         params = (int(cfg.trie_depth), int(cfg.budget), float(cfg.min_token_prob),
-                  float(cfg.max_spec_factor), float(cfg.min_expected_accept),
+                  float(cfg.max_spec_factor), 0.0 if auto else float(cfg.min_expected_accept),
                   float(cfg.shared_pseudo_count))
+        cal = calibration_array(cfg)
         shared = self.trie.bundle
+        if not auto:
+            for i, ctx in enumerate(contexts):
+                own = local[i] if local is not None else None
+                num[i] = draft_adaptive(ctx, params, None if own is None else own.trie.bundle,
+                                        shared, BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i],
+                                        cal)
+            return tokens, mask, num, probs
+        tok_rows = np.zeros((b, n), np.int32)
+        par_rows = np.zeros((b, n), np.int32)
+        prob_rows = np.zeros((b, n), np.float64)
         for i, ctx in enumerate(contexts):
             own = local[i] if local is not None else None
-            num[i] = draft_adaptive(ctx, params, None if own is None else own.trie.bundle,
-                                    shared, BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i])
+            num[i] = draft_adaptive_saved(ctx, params, None if own is None else own.trie.bundle,
+                                          shared, BUCKET_COUNTS, sc, tokens[i], mask[i],
+                                          probs[i], cal, tok_rows[i], par_rows[i], prob_rows[i])
+        cap = choose_cap(prob_rows, num, np.ascontiguousarray(costs, np.float64),
+                         self.auto_rate)
+        for i, ctx in enumerate(contexts):
+            if num[i] > cap:
+                num[i] = cap
+                layout_prefix(int(ctx[ctx.size - 1]), cap, tok_rows[i], par_rows[i],
+                              prob_rows[i], sc, BUCKET_COUNTS, tokens[i], mask[i], probs[i])
         return tokens, mask, num, probs
 
     def erase(self, keys: Sequence[Hashable]) -> None:
@@ -263,6 +290,7 @@ class EngineBackend:
 
     def reset(self) -> None:
         self.trie.reset()
+        self.auto_rate[:] = 0.0
         self._rows.clear()
         self._last_keys = None
         self._free_rows = list(range(self.states[0].size - 1, 0, -1))

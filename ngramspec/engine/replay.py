@@ -44,7 +44,7 @@ import numpy as np
 
 from .._jit import jit, jit_inline
 from ..config import NgramConfig
-from .adaptive import adaptive_scratch, draft_tree
+from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .match import States, match_anchors, new_states, window_anchors
 from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
@@ -265,7 +265,7 @@ def _in_use(t):
 
 @jit
 def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run, per_req, out,
-                  bucket_counts, max_steps):
+                  bucket_counts, max_steps, cal, costs, rate):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
 
     ``trie``: the shared trie's plain bundle; ``local_tries``: a (typed) list of the slots' own
@@ -276,7 +276,10 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     ``free_rows``, the finished requests ``fin_req`` whose finish inserts are pending, per slot
     ``l_mode``/``l_clock`` (its own trie's LRU mode and touch clock) and ``need``); ``per_req``:
     ``out_len`` and the node bounds ``adm_shared``/``adm_local``/``fin_bound`` of each
-    request's inserts at admission and finish; ``out``: the per-step record.
+    request's inserts at admission and finish; ``out``: the per-step record; ``cal``: the
+    ADAPTIVE calibration table (empty: count ratios); ``costs``: with ``min_expected_accept=
+    "auto"``, row ``b`` the step time of batch ``b`` per drafted-node cap (else 0 rows), and
+    ``rate`` the expected tokens and time of the steps so far (``choose_cap``).
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
     emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree).  NEED_ROOM sets
@@ -317,6 +320,12 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     out_tokens = np.empty(n, np.int32)
     out_mask = np.empty((n, n), np.bool_)
     out_prob = np.empty(n, np.float64)
+    auto = costs.shape[0] > 0
+    # "auto": every tree of a step is drafted and saved first, then cut to one cap.
+    tok_rows = np.zeros((conc if auto else 0, n), np.int32)
+    par_rows = np.zeros((conc if auto else 0, n), np.int32)
+    prob_rows = np.zeros((conc if auto else 0, n), np.float64)
+    used_rows = np.zeros(conc if auto else 0, np.int32)
     longest = 1
     for r in range(n_req):
         longest = max(longest, p_off[r + 1] - p_off[r] + o_off[r + 1] - o_off[r])
@@ -459,18 +468,36 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
             lo = win_off[b]
             _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, win_flat[lo:lo + w])
             win_off[b + 1] = lo + w
+        cap = 0
+        if auto:
+            for b in range(nrun):
+                ctx = win_flat[win_off[b]:win_off[b + 1]]
+                if local:
+                    used = draft_tree(ctx, a_params, Trie(*local_tries[run_row[b]]), t,
+                                      bucket_counts, asc, out_tokens, out_mask, out_prob, cal)
+                else:
+                    used = draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens,
+                                      out_mask, out_prob, cal)
+                save_creation(asc, used, tok_rows[b], par_rows[b], prob_rows[b])
+                used_rows[b] = used
+            cap = choose_cap(prob_rows[:nrun], used_rows[:nrun], costs[nrun], rate)
         # Match, draft and verify each request.
         for b in range(nrun):
             r = run_req[b]
             row = run_row[b]
             ctx = win_flat[win_off[b]:win_off[b + 1]]
             if mode == MODE_ADAPTIVE:
-                if local:
+                if auto:
+                    used = min(used_rows[b], cap)
+                    layout_prefix(ctx[ctx.size - 1], used, tok_rows[b], par_rows[b],
+                                  prob_rows[b], asc, bucket_counts, out_tokens, out_mask,
+                                  out_prob)
+                elif local:
                     used = draft_tree(ctx, a_params, Trie(*local_tries[row]), t, bucket_counts,
-                                      asc, out_tokens, out_mask, out_prob)
+                                      asc, out_tokens, out_mask, out_prob, cal)
                 else:
                     used = draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens,
-                                      out_mask, out_prob)
+                                      out_mask, out_prob, cal)
                 parents = asc.slot_parent
             else:
                 if stateful:
@@ -644,13 +671,16 @@ def _config_arrays(config: NgramConfig, concurrency: int) -> tuple[np.ndarray, n
     cfg[C_FINISH] = config.local_index and config.exact_counts
     cfg[C_PROMPT] = config.index_prompt
     cfg[C_CONC] = concurrency
+    auto = config.min_expected_accept == "auto"
     fcfg = np.asarray([config.min_token_prob, config.max_spec_factor,
-                       config.min_expected_accept, config.shared_pseudo_count], np.float64)
+                       0.0 if auto else config.min_expected_accept,
+                       config.shared_pseudo_count], np.float64)
     return cfg, fcfg
 
 
 def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config: NgramConfig,
-           *, concurrency: int, progress: ProgressFn | None = None) -> ReplayOutput:
+           *, concurrency: int, progress: ProgressFn | None = None,
+           costs: object = None) -> ReplayOutput:
     """Replay the serving loop of :mod:`ngramspec.simulate` over recorded streams, compiled.
 
     Parameters
@@ -663,6 +693,8 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
         Requests decoded together (>= 1); more than the number of requests is clamped to it.
     progress : callable(done, total), optional
         Called now and then with output tokens replayed so far and in total.
+    costs : CostTable or CostModel, optional
+        The step costs of ``min_expected_accept="auto"`` (required there).
 
     Returns
     -------
@@ -682,6 +714,13 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     n = config.draft_token_num
     exact = config.exact_counts or config.local_index
     cfg, fcfg = _config_arrays(config, conc)
+    from ..acceptance import calibration_array, check_costs, cost_matrix
+
+    cal = calibration_array(config)
+    costs = check_costs(config, costs)
+    cost_rows = (np.zeros((0, n), np.float64) if costs is None
+                 else cost_matrix(costs, conc, n))
+    rate = np.zeros(2, np.float64)
     admitted = olen > 1
     # Node bounds of the inserts at admission and at finish, per request (see the kernel).
     start = plen if not config.index_prompt else np.zeros_like(plen)
@@ -743,7 +782,8 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
         c0 = time.thread_time()
         w0 = time.perf_counter()
         code = replay_kernel(streams, cfg, fcfg, trie.bundle, local_list, states, (pcw, pcc),
-                             run, per_req, out, BUCKET_COUNTS, 0 if first else chunk)
+                             run, per_req, out, BUCKET_COUNTS, 0 if first else chunk, cal,
+                             cost_rows, rate)
         if first:
             first = False
         else:

@@ -23,7 +23,14 @@ accept length) is below ``min_expected_accept``, nothing is drafted.
 With ``shared_pseudo_count`` ``c > 0``, the last source (the shared trie) estimates
 ``P(child | x) = freq(child) / (total + c / n)`` instead, where ``n`` is the length of the
 context ``x`` continues: the anchor's length plus the tree level of the node being expanded
-(``n = d`` below the anchor itself).  The layout is SGLang's
+(``n = d`` below the anchor itself).
+
+With ``calibrated_estimates`` a child's conditional probability is not its count ratio but
+the calibrated estimate of :mod:`ngramspec.acceptance` (:func:`calibrated_conditional`).  With
+``min_expected_accept="auto"`` the tree is cut after construction to the first ``k`` nodes in
+creation order (every such prefix is a tree), ``k`` chosen over the batch by
+:func:`choose_cap`, and laid out as the construction would have after its ``k``-th node
+(:func:`prefix_tree`).  The layout is SGLang's
 (level order, libstdc++ sibling order), so every output format applies unchanged.
 """
 
@@ -37,7 +44,8 @@ from ..stdorder import UnorderedMapOrder
 from .match import window_anchors
 from .trie import Node, Trie
 
-__all__ = ["AdaptiveParams", "stateless_anchors", "build_adaptive"]
+__all__ = ["AdaptiveParams", "stateless_anchors", "build_adaptive", "calibrated_conditional",
+           "choose_cap", "prefix_tree"]
 
 Tree = list[UnorderedMapOrder]
 
@@ -46,15 +54,17 @@ class AdaptiveParams:
     """The knobs of the ADAPTIVE builder, as plain numbers."""
 
     __slots__ = ("budget", "min_token_prob", "max_spec_factor", "min_expected_accept",
-                 "shared_pseudo_count")
+                 "shared_pseudo_count", "calibration")
 
     def __init__(self, budget: int, min_token_prob: float, max_spec_factor: float,
-                 min_expected_accept: float, shared_pseudo_count: float = 0.0) -> None:
+                 min_expected_accept: float, shared_pseudo_count: float = 0.0,
+                 calibration: Sequence[float] = ()) -> None:
         self.budget = budget
         self.min_token_prob = min_token_prob
         self.max_spec_factor = max_spec_factor
-        self.min_expected_accept = min_expected_accept
+        self.min_expected_accept = min_expected_accept  # 0 with "auto": cut afterwards
         self.shared_pseudo_count = shared_pseudo_count
+        self.calibration = list(calibration)  # empty: count ratios
 
     def anchor_budget(self, d: int) -> int:
         if self.max_spec_factor <= 0:
@@ -89,19 +99,55 @@ def _scored_children(node: Node, prob: float, pseudo: float, context_len: int
     return kids
 
 
+def _depth(node: Node) -> int:
+    d = 0
+    while node.parent is not None:
+        node = node.parent
+        d += 1
+    return d
+
+
+def calibrated_conditional(table: Sequence[float], source: int, context_len: int, deep: int,
+                           total: int, rank: int, freq: int) -> float:
+    """The calibrated probability that the target continues with a child, clipped to [0, 1].
+
+    ``table`` (:func:`ngramspec.acceptance.calibration_array`): ``[nc, nt, context-length
+    bin edges (nc), total bin edges (nt), (a, b) per (source, context bin, total bin, deep,
+    rank 0 or not)]``; the estimate is ``a + b * freq / total`` of the child's cell.  ``source``: 0
+    for the request's own trie, 1 for the shared one; ``context_len``: the matched length the
+    child continues (the longest anchor's length in its source plus the child's depth below
+    its anchor, minus one); ``deep``: 1 when its parent lies below the anchor (the child
+    continues a drafted path), else 0; ``rank``: its place among the siblings pushed.
+    """
+    nc, nt = int(table[0]), int(table[1])
+    c_edges, t_edges = table[2:2 + nc], table[2 + nc:2 + nc + nt]
+    ci = max(i for i in range(nc) if i == 0 or c_edges[i] <= context_len)
+    ti = max(i for i in range(nt) if i == 0 or t_edges[i] <= total)
+    at = 2 + nc + nt + ((((source * nc + ci) * nt + ti) * 2 + deep) * 2 + min(rank, 1)) * 2
+    q = table[at] + table[at + 1] * (float(freq) / float(total))
+    return min(1.0, max(0.0, q))
+
+
 def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
-                   params: AdaptiveParams) -> tuple[Tree, list[float], int]:
+                   params: AdaptiveParams, source_ids: Sequence[int] | None = None,
+                   ) -> tuple[Tree, list[float], int]:
     """Expand the anchors of every source, in order, into one scored tree.
 
     Returns the tree (node 0 = root, each node's children in a libstdc++-ordered map), the
     probability of every tree node (index 0: the root, 1.0) and the drafted node count.
+    ``source_ids``: per source, 0 (the request's own trie) or 1 (shared; the default for
+    all), for the calibrated estimates.
     """
     budget = params.budget
+    cal = params.calibration
     tree: Tree = [UnorderedMapOrder()]
     probs = [1.0]
     levels = [0]  # tree level of every tree node (the root: 0)
-    for s, anchors in enumerate(sources):
+    if source_ids is None:
+        source_ids = [1] * len(sources)
+    for s, (src, anchors) in enumerate(zip(source_ids, sources)):
         pseudo = params.shared_pseudo_count if s == len(sources) - 1 else 0.0
+        d_top = anchors[0][1] if anchors else 0  # the context's match length in this source
         for anchor, d in anchors:
             limit = params.anchor_budget(d)
             if len(tree) - 1 >= limit:
@@ -111,7 +157,14 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
 
             def push_children(pos: int, node: Node, prob: float) -> None:
                 kids = _scored_children(node, prob, pseudo, d + levels[pos])
-                for p, _, child in kids[:budget]:
+                total = _conditional_total(node)
+                # The matched length the child continues, counted from the longest anchor.
+                below = _depth(node) - d if cal else 0
+                for rank, (p, _, child) in enumerate(kids[:budget]):
+                    if cal:
+                        p = prob * calibrated_conditional(cal, src, below + d_top,
+                                                          int(below > 0), total, rank,
+                                                          child.freq)
                     heapq.heappush(heap, (-p, next(order), pos, child))
 
             push_children(0, anchor, 1.0)
@@ -134,3 +187,47 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
     if used and 1.0 + sum(probs[1:]) < params.min_expected_accept:
         return [UnorderedMapOrder()], [1.0], 0
     return tree, probs, used
+
+
+def choose_cap(probs: Sequence[Sequence[float]], costs: Sequence[float],
+               rate: list[float]) -> int:
+    """``min_expected_accept="auto"``: the cap ``k`` on drafted nodes per request for one
+    step.
+
+    ``probs[b]``: request ``b``'s node probabilities in creation order (index 0: the root);
+    ``costs[k]``: the step's time when the largest tree holds ``k`` drafts.  Under cap ``k``
+    the batch expects ``E(k) = sum_b (1 + sum(probs[b][1:k + 1]))`` tokens.  The cap maximises
+    ``E(k) - lam * costs[k]``, where ``lam`` is the expected tokens per unit of time of the
+    steps so far (``rate = [their expected tokens, their time]``, updated here; before the
+    first step, the plain decode's rate): a step drafts more only where that buys tokens
+    faster than the run makes them on average, which maximises the run's expected tokens per
+    unit of time (not each step's).  Ties go to the smaller cap.
+    """
+    used = [len(p) - 1 for p in probs]
+    lam = len(probs) * (rate[0] / rate[1]) if rate[1] > 0.0 else float(len(probs)) / costs[0]
+    total = float(len(probs))  # accumulated cap by cap, requests in batch order
+    best, best_total, cap = total - lam * costs[0], total, 0
+    for k in range(1, max(used, default=0) + 1):
+        for b, p in enumerate(probs):
+            if k <= used[b]:
+                total += p[k]
+        if total - lam * costs[k] > best:
+            best, best_total, cap = total - lam * costs[k], total, k
+    rate[0] += best_total
+    rate[1] += costs[cap] * len(probs)
+    return cap
+
+
+def prefix_tree(tree: Tree, k: int) -> Tree:
+    """The first ``k`` nodes of ``tree`` (creation order), inserted again in that order: the
+    maps the construction held after its ``k``-th node."""
+    parent = {}
+    for p, children in enumerate(tree):
+        for token, idx in children.items():
+            parent[idx] = (p, token)
+    out: Tree = [UnorderedMapOrder()]
+    for idx in range(1, k + 1):
+        p, token = parent[idx]
+        out[p][token] = idx
+        out.append(UnorderedMapOrder())
+    return out

@@ -8,7 +8,7 @@ import numpy as np
 
 from .._canonical import CanonicalContent
 from ..config import NgramConfig
-from .adaptive import AdaptiveParams, build_adaptive, stateless_anchors
+from .adaptive import AdaptiveParams, build_adaptive, choose_cap, prefix_tree, stateless_anchors
 from .match import MatchState, match_anchors, window_anchors
 from .tree import BreadthSchedule, build_bfs, build_prob, fill_result, level_order
 from .trie import Node, Trie
@@ -29,6 +29,7 @@ class ReferenceBackend:
         self.config = config
         self.trie = Trie(config.trie_depth, config.capacity)
         self.states: dict[Hashable, MatchState] = {}
+        self.auto_rate = [0.0, 0.0]  # min_expected_accept="auto": expected tokens, time
         if config.stateful:
             self.schedule = BreadthSchedule.sglang_0523(
                 config.trie_depth, config.min_bfs_breadth, config.max_bfs_breadth)
@@ -90,23 +91,37 @@ class ReferenceBackend:
 
     def match_adaptive(self, contexts: Sequence[np.ndarray],
                        local: Sequence["ReferenceBackend | None"] | None = None,
+                       costs: np.ndarray | None = None,
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """ADAPTIVE drafts (stateless); ``local[b]``: request b's own backend, searched first."""
+        """ADAPTIVE drafts (stateless); ``local[b]``: request b's own backend, searched first.
+        ``costs`` (``min_expected_accept="auto"``): the step time per drafted-node cap; every
+        tree is cut to the cap :func:`~.adaptive.choose_cap` picks for the batch."""
+        from ..acceptance import calibration_array
+
         cfg = self.config
         n = cfg.draft_token_num
+        auto = costs is not None
         params = AdaptiveParams(cfg.budget, cfg.min_token_prob, cfg.max_spec_factor,
-                                cfg.min_expected_accept, cfg.shared_pseudo_count)
+                                0.0 if auto else cfg.min_expected_accept,
+                                cfg.shared_pseudo_count, calibration_array(cfg).tolist())
         tokens = np.zeros((len(contexts), n), dtype=np.int32)
         mask = np.zeros((len(contexts), n, n), dtype=bool)
         num_drafts = np.zeros(len(contexts), dtype=np.int32)
         probs = np.zeros((len(contexts), n), dtype=np.float64)
-        for b, ctx in enumerate(contexts):
-            context = ctx.tolist()
+        built = [ctx.tolist() for ctx in contexts]
+        trees = []
+        for b, context in enumerate(built):
             own = local[b] if local is not None else None
             sources = [] if own is None else [stateless_anchors(own.trie, context)]
             sources.append(stateless_anchors(self.trie, context))
-            tree, tree_probs, used = build_adaptive(sources, params)
-            tokens[b], mask[b] = fill_result(context[-1], n, tree)
+            trees.append(build_adaptive(sources, params, [0, 1][-len(sources):]))
+        if auto:
+            cap = choose_cap([tree_probs for _, tree_probs, _ in trees], costs.tolist(),
+                             self.auto_rate)
+            trees = [(prefix_tree(tree, min(used, cap)), tree_probs, min(used, cap))
+                     for tree, tree_probs, used in trees]
+        for b, (tree, tree_probs, used) in enumerate(trees):
+            tokens[b], mask[b] = fill_result(built[b][-1], n, tree)
             probs[b, :used + 1] = [1.0] + [tree_probs[idx] for _, idx, _ in level_order(tree)]
             num_drafts[b] = used
         return tokens, mask, num_drafts, probs
@@ -118,6 +133,7 @@ class ReferenceBackend:
     def reset(self) -> None:
         self.trie.reset()
         self.states.clear()
+        self.auto_rate = [0.0, 0.0]
 
     @property
     def node_count(self) -> int:

@@ -1,0 +1,58 @@
+"""Reliability of the ADAPTIVE accept-length estimates on the tuning and hold-out parts of the
+shipped streams (``ngramspec.holdout``): per verify step, the predicted expected accept length
+(``DraftBatch.expected_accept_lens``) beside the realised one (tokens emitted), binned by the
+predicted value, for ``NgramConfig.preset("calibrated")`` (wide trees) with count-ratio estimates and with
+``calibrated_estimates=True``, at concurrency 1.
+
+The goal (issue 18): in every bin holding at least 1% of the steps, the mean predicted value
+within 10% of the mean realised one.  ``--plot`` writes the reliability plot of the hold-out
+part (needs matplotlib).
+
+    python benchmarks/calibration_report.py [--plot docs/img/calibration-reliability.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import ngramspec as ns
+from ngramspec.acceptance import reliability
+from ngramspec.holdout import split_streams
+from ngramspec.streams import embedded_streams_path, read_streams
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plot", help="write the hold-out reliability plot here (PNG)")
+    ap.add_argument("--concurrency", type=int, default=1)
+    args = ap.parse_args()
+    records = read_streams(embedded_streams_path())
+    held = {}
+    for part in ("tune", "holdout"):
+        rows = split_streams(records, part=part)
+        for calibrated in (False, True):
+            cfg = ns.NgramConfig.preset("calibrated", calibrated_estimates=calibrated)
+            rel = reliability(rows, config=cfg, concurrency=args.concurrency)
+            label = "calibrated" if calibrated else "counts"
+            if part == "holdout":
+                held[label] = rel
+            print(f"\n{part}, {label}: {rel.predicted.size} steps, tokens/step "
+                  f"{rel.realised.mean():.3f}, worst bin (>= 1% of steps) "
+                  f"{100 * rel.worst():.1f}% off")
+            print("predicted bin | share of steps | mean predicted | mean realised | "
+                  "predicted / realised")
+            print("---|---:|---:|---:|---:")
+            for b in rel.bins():
+                hi = "inf" if b["hi"] == float("inf") else f"{b['hi']:.2f}"
+                flag = "" if b["share"] >= 0.01 else " (< 1%)"
+                print(f"[{b['lo']:.2f}, {hi}) | {100 * b['share']:.1f}%{flag} | "
+                      f"{b['predicted']:.3f} | {b['realised']:.3f} | {b['ratio']:.3f}")
+    if args.plot:
+        held["calibrated"].plot(args.plot, other=held["counts"],
+                                labels=("calibrated_estimates=True", "count ratios"),
+                                title="preset calibrated, hold-out part, per verify step")
+        print(f"\nwrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Cost-optimal tree sizes (``min_expected_accept="auto"``) against fixed thresholds, on the
+hold-out part of the shipped streams.
+
+For each cost setting and concurrency, ``NgramConfig.preset("calibrated")`` (wide trees) is replayed (the compiled
+serving loop, :func:`ngramspec.simulate`) on the 65 hold-out requests (``ngramspec.holdout``)
+with ``min_expected_accept`` at each fixed threshold and at ``"auto"``, with the count-ratio
+estimates and with ``calibrated_estimates=True``, and the serving time is predicted with
+:func:`ngramspec.predict_serving` (drafting time excluded, ``draft_ms=0``, so that the figures
+do not depend on the machine).  A speed-up below 1.0 means speculation slows decoding down.
+
+Cost settings:
+
+- ``flat``: the seed's measurement, a decode step 12.2 ms and a verify step 30 ms at every
+  batch and tree size (``CostModel(decode_ms=12.2, verify_ms=30)``);
+- ``growing``: an illustrative table (made up, not measured) whose verify cost grows with
+  batch and tree size: ``t(b, n) = 12.2 + 0.04 b + 1.2 (n - 1) (1 + b / 8)`` ms on the grid
+  ``b`` in 1, 2, 4, 8, 16, 32 and ``n`` in 1, 2, 3, 4, 6, 8, 12 (a forward of one decode token
+  per request costs little more at larger batches; each extra query token per request costs
+  1.2 ms at batch 1 and more as the batch grows).
+
+    python benchmarks/cost_optimal_trees.py [--part holdout] [--concurrency 1,4,16] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import ngramspec as ns
+from ngramspec.costs import CostTable, predict_serving
+from ngramspec.holdout import split_streams
+from ngramspec.streams import embedded_streams_path, read_streams
+
+THRESHOLDS = (0.0, 1.5, 2.46, 3.0, 4.0, 5.0)
+GROW_BATCH = (1, 2, 4, 8, 16, 32)
+GROW_TOKENS = (1, 2, 3, 4, 6, 8, 12)
+
+
+def growing_table() -> CostTable:
+    """The illustrative table whose verify cost grows with batch and tree size."""
+    return CostTable([(b, n, 12.2 + 0.04 * b + 1.2 * (n - 1) * (1 + b / 8))
+                      for b in GROW_BATCH for n in GROW_TOKENS], source="growing table")
+
+
+def settings() -> dict:
+    return {"flat": ns.CostModel(decode_ms=12.2, verify_ms=30.0), "growing": growing_table()}
+
+
+def run(rows, cost, concurrency: int, calibrated: bool, threshold) -> dict:
+    config = ns.NgramConfig.preset("calibrated", calibrated_estimates=calibrated,
+                                        min_expected_accept=threshold)
+    r = ns.simulate(rows, config=config, concurrency=concurrency,
+                    costs=cost if threshold == "auto" else None)
+    p = predict_serving(r, cost, draft_ms=0)
+    return dict(threshold=threshold, calibrated=calibrated, concurrency=concurrency,
+                tokens_per_step=r.tokens_per_step, drafts_per_step=r.summary.draft_nodes_per_step,
+                share_with_draft=r.summary.share_steps_with_draft, speed_up=p.speed_up)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", default="holdout", choices=("tune", "holdout"))
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--json", help="write every result here")
+    args = ap.parse_args()
+    rows = split_streams(read_streams(embedded_streams_path()), part=args.part)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    results = []
+    for name, cost in settings().items():
+        print(f"\n{name} costs, {args.part} part ({len(rows)} requests): predicted speed-up "
+              "(tokens/step, drafts/step)")
+        head = ["estimates", "min_expected_accept"] + [f"c={c}" for c in levels]
+        print(" | ".join(head))
+        print(" | ".join("---" for _ in head))
+        for calibrated in (False, True):
+            for threshold in THRESHOLDS + ("auto",):
+                cells = []
+                for c in levels:
+                    res = run(rows, cost, c, calibrated, threshold)
+                    res["costs"] = name
+                    results.append(res)
+                    cells.append(f"{res['speed_up']:.3f} ({res['tokens_per_step']:.2f}, "
+                                 f"{res['drafts_per_step']:.1f})")
+                label = "calibrated" if calibrated else "counts"
+                th = threshold if threshold == "auto" else f"{threshold:g}"
+                print(" | ".join([label, th] + cells))
+    # The goal: auto at or above every fixed threshold (same estimates), and >= 1.0.
+    print()
+    for name in settings():
+        for calibrated in (False, True):
+            for c in levels:
+                sel = [r for r in results if r["costs"] == name and r["calibrated"] == calibrated
+                       and r["concurrency"] == c]
+                auto = next(r for r in sel if r["threshold"] == "auto")
+                best = max((r for r in sel if r["threshold"] != "auto"),
+                           key=lambda r: r["speed_up"])
+                ok = auto["speed_up"] >= best["speed_up"] - 1e-12 and auto["speed_up"] >= 1.0
+                print(f"{name:8s} {'calibrated' if calibrated else 'counts':10s} c={c:<3d} auto "
+                      f"{auto['speed_up']:.3f}  best fixed {best['speed_up']:.3f} "
+                      f"(threshold {best['threshold']:g})  {'ok' if ok else 'BELOW'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

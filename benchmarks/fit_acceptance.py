@@ -1,0 +1,221 @@
+"""Fit the calibrated acceptance estimates (``NgramConfig(calibrated_estimates=True)``) on the
+tuning part of the shipped streams, and write ``ngramspec/_acceptance_table.py``.
+
+What is fitted: for every drafted node whose parent was accepted (the root counts as
+accepted), whether the target accepted it too: the conditional acceptance of one edge of the
+tree.  Every edge falls in a cell: its source (the request's own trie or the shared one), the
+length of the matched context it continues (bins ``CONTEXT_EDGES``), its parent's count total
+(bins ``TOTAL_EDGES``), whether its parent lies below the anchor (it continues a drafted
+path) and whether it is its parent's first candidate.  Per cell the estimate
+is ``a + b * freq / total``, fitted by least squares with a ridge pull (``--ridge`` pseudo-
+edges) towards the fit of the coarser cell (source and context only; source only; the
+uncalibrated ``0 + 1 * ratio`` at the top), so that sparse cells borrow from their neighbours.
+
+The trees are drafted by ``NgramConfig.preset("calibrated")`` (wide trees) on the reference backend, through
+:class:`ngramspec.Drafter` at concurrency 1, with the construction instrumented (a copy of
+``reference.adaptive.build_adaptive`` that records each node's cell); ``--calibrated`` drafts
+with the current table (one refinement round: its trees are the ones it will score).
+Only the ``"tune"`` part (``ngramspec.holdout``) is read.
+
+    python benchmarks/fit_acceptance.py [--calibrated] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ngramspec as ns
+import ngramspec.reference.backend as ref_backend
+from ngramspec.holdout import split_streams
+from ngramspec.reference.adaptive import _conditional_total, _depth, calibrated_conditional
+from ngramspec.reference.tree import level_order
+from ngramspec.stdorder import UnorderedMapOrder
+from ngramspec.streams import embedded_streams_path, read_streams
+
+CONTEXT_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24)
+TOTAL_EDGES = (1, 2, 3, 5)
+
+_CELLS: list = []  # per node of the last tree: (source, context length, total, rank, ratio)
+
+
+def _instrumented(sources, params, source_ids=None):
+    """``build_adaptive`` recording each created node's cell (same tree, same order)."""
+    budget, cal = params.budget, params.calibration
+    tree = [UnorderedMapOrder()]
+    probs = [1.0]
+    cells = [None]
+    source_ids = [1] * len(sources) if source_ids is None else source_ids
+    for src, anchors in zip(source_ids, sources):
+        d_top = anchors[0][1] if anchors else 0
+        for anchor, d in anchors:
+            limit = params.anchor_budget(d)
+            if len(tree) - 1 >= limit:
+                continue
+            heap: list = []
+            order = itertools.count()
+
+            def push_children(pos, node, prob):
+                total = _conditional_total(node)
+                kids = [(prob * c.freq / total, i, c) for i, c in enumerate(node.lru)] \
+                    if total > 0 else []
+                kids.sort(key=lambda k: (-k[0], k[1]))
+                below = _depth(node) - d
+                for rank, (p, _, child) in enumerate(kids[:budget]):
+                    if cal:
+                        p = prob * calibrated_conditional(cal, src, below + d_top,
+                                                          int(below > 0), total, rank,
+                                                          child.freq)
+                    cell = (src, below + d_top, int(below > 0), total, rank, child.freq / total)
+                    heapq.heappush(heap, (-p, next(order), pos, child, cell))
+
+            push_children(0, anchor, 1.0)
+            while heap and len(tree) - 1 < limit:
+                neg_p, _, parent, node, cell = heapq.heappop(heap)
+                p = -neg_p
+                if p <= 0.0 or p < params.min_token_prob:
+                    break
+                pos = tree[parent].get(node.token)
+                if pos is None:
+                    pos = len(tree)
+                    tree[parent][node.token] = pos
+                    tree.append(UnorderedMapOrder())
+                    probs.append(p)
+                    cells.append(cell)
+                else:
+                    probs[pos] = max(probs[pos], p)
+                push_children(pos, node, p)
+    _CELLS.clear()
+    _CELLS.extend(cells)
+    return tree, probs, len(tree) - 1
+
+
+def collect(config: ns.NgramConfig, rows: list[dict]) -> np.ndarray:
+    """One row per drafted node whose parent was accepted: source, context length, deep,
+    total, rank, count ratio, accepted (0/1).  ``build_adaptive`` must be instrumented."""
+    drafter = ns.Drafter(config=config, backend="reference")
+    out = []
+    for r in rows:
+        output = r["output_ids"]
+        if len(output) < 2:
+            continue
+        drafter.add_request(r["id"], r["prompt_ids"], output[0])
+        done = 1
+        while done < len(output):
+            d = drafter.propose([r["id"]])
+            # The tree in slot order: the nodes' tokens and parents, and the recorded path.
+            tokens, parents = d.tokens[0], d.parents[0]
+            k = int(d.num_drafts[0])
+            nodes = level_order_cells(k)
+            rec = output[done:]
+            on_path = np.zeros(k + 1, bool)
+            on_path[0] = True
+            depth = np.zeros(k + 1, int)
+            for s in range(1, k + 1):
+                p = parents[s]
+                depth[s] = depth[p] + 1
+                on_path[s] = on_path[p] and depth[p] < len(rec) and tokens[s] == rec[depth[p]]
+                if on_path[p]:
+                    out.append(nodes[s] + (float(on_path[s]),))
+            accepted = int(on_path.sum())  # the root and the accepted drafts
+            e = min(accepted, len(rec))
+            drafter.accept({r["id"]: output[done:done + e]})
+            done += e
+        drafter.finish(r["id"])
+    return np.asarray(out, np.float64)
+
+
+def level_order_cells(k: int) -> list:
+    """The recorded cells in slot order (the last tree built is the one just proposed)."""
+    tree = _LAST_TREE[0]
+    return [None] + [_CELLS[idx] for _, idx, _ in level_order(tree)][:k]
+
+
+_LAST_TREE: list = [None]  # the last tree built
+
+
+def _ridge(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float) -> np.ndarray:
+    X = np.stack([np.ones_like(x), x], 1)
+    return np.linalg.solve(X.T @ X + ridge * np.eye(2), X.T @ y + ridge * prior)
+
+
+def fit(edges: np.ndarray, ridge: float) -> np.ndarray:
+    """Coefficients ``(a, b)`` per (source, context bin, total bin, deep, rank 0 or not)."""
+    src, ctx, deep, total, rank, ratio, acc = edges.T
+    ci = np.searchsorted(CONTEXT_EDGES, ctx, side="right") - 1
+    ti = np.searchsorted(TOTAL_EDGES, total, side="right") - 1
+    coef = np.zeros((2, len(CONTEXT_EDGES), len(TOTAL_EDGES), 2, 2, 2))
+    for s in range(2):
+        ms = src == s
+        ps = _ridge(ratio[ms], acc[ms], np.array([0.0, 1.0]), ridge)
+        for c in range(len(CONTEXT_EDGES)):
+            mc = ms & (ci == c)
+            pc = _ridge(ratio[mc], acc[mc], ps, ridge)
+            for t in range(len(TOTAL_EDGES)):
+                mt = mc & (ti == t)
+                pt = _ridge(ratio[mt], acc[mt], pc, ridge)
+                for g in range(2):
+                    for r in range(2):
+                        m = mt & (deep == g) & ((rank > 0) == bool(r))
+                        coef[s, c, t, g, r] = _ridge(ratio[m], acc[m], pt, ridge)
+    return coef
+
+
+def table_source(coef: np.ndarray, note: str) -> str:
+    lines = ['"""The fitted table of the calibrated acceptance estimates (generated by',
+             'benchmarks/fit_acceptance.py; do not edit by hand).',
+             "", note, '"""', "",
+             f"CONTEXT_EDGES = {CONTEXT_EDGES}", f"TOTAL_EDGES = {TOTAL_EDGES}",
+             "#: (a, b) per source (own trie, shared), context bin, total bin, deep (no, yes),",
+             "#: rank (first, other).",
+             "COEFFICIENTS = ("]
+    for s in range(2):
+        for c in range(len(CONTEXT_EDGES)):
+            cells = [f"({a:.4f}, {b:.4f})" for a, b in coef[s, c].reshape(-1, 2)]
+            for i in range(0, len(cells), 4):
+                lines.append("    " + ", ".join(cells[i:i + 4]) + ",")
+    lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calibrated", action="store_true",
+                    help="draft with the current table (a refinement round)")
+    ap.add_argument("--ridge", type=float, default=20.0)
+    ap.add_argument("--write", action="store_true", help="write ngramspec/_acceptance_table.py")
+    args = ap.parse_args()
+    rows = split_streams(read_streams(embedded_streams_path()), part="tune")
+    config = ns.NgramConfig.preset("calibrated", calibrated_estimates=args.calibrated)
+    orig = ref_backend.build_adaptive
+
+    def keep_tree(sources, params, source_ids=None):
+        tree, probs, used = _instrumented(sources, params, source_ids)
+        _LAST_TREE[0] = tree
+        return tree, probs, used
+
+    t0 = time.perf_counter()
+    ref_backend.build_adaptive = keep_tree
+    try:
+        edges = collect(config, rows)
+    finally:
+        ref_backend.build_adaptive = orig
+    coef = fit(edges, args.ridge)
+    print(f"{len(edges)} edges from {len(rows)} tuning requests in "
+          f"{time.perf_counter() - t0:.1f} s; mean accepted {edges[:, -1].mean():.3f}")
+    if args.write:
+        note = (f"Fitted on the {len(rows)} tuning requests (ngramspec.holdout), "
+                f"{len(edges)} edges, ridge {args.ridge:g}, trees drafted "
+                f"{'with the previous table' if args.calibrated else 'from count ratios'}.")
+        path = Path(__file__).resolve().parents[1] / "ngramspec" / "_acceptance_table.py"
+        path.write_text(table_source(coef, note))
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
