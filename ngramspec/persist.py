@@ -184,7 +184,8 @@ def _read_members(path: str) -> dict[str, np.ndarray]:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, IndexError,
             TypeError, UnicodeDecodeError, zipfile.LargeZipFile, NotImplementedError,
-            MemoryError, OverflowError) as e:
+            MemoryError, OverflowError, RuntimeError) as e:
+        # RuntimeError: zipfile's "encrypted member" when a flipped byte sets that flag.
         raise _bad(path, f"not a readable ngramspec cache file (truncated or corrupted?): "
                          f"{type(e).__name__}: {e}") from None
 
