@@ -194,6 +194,22 @@ def _parser() -> argparse.ArgumentParser:
                                                    "field (e.g. task)")
     sim.add_argument("--plot", metavar="PATH.png",
                      help="plot the predicted speed-up against concurrency (matplotlib)")
+    big = sim.add_argument_group("corpora larger than memory")
+    big.add_argument("--stream", action="store_true",
+                     help="read the requests as they are admitted (memory bounded by the "
+                          "running requests and the trie); pooled figures, no per-request "
+                          "report; STREAMS may be directories of shards or glob patterns")
+    big.add_argument("--shard-by", metavar="FIELD",
+                     help="replay each value of this metadata field (e.g. tenant) as an "
+                          "independent shard, in parallel; reported per shard and pooled "
+                          "(implies --stream)")
+    big.add_argument("--executor", choices=EXECUTORS, default="local",
+                     help="where the shards run: local processes (default) or Ray")
+    big.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="parallel shards (local processes, or CPUs of a local Ray cluster; "
+                          "default: CPU count)")
+    big.add_argument("--address", metavar="HOST:PORT",
+                     help="a running Ray cluster's head (--executor ray)")
     sw = sub.add_parser("sweep", help="rank a grid of settings",
                         description="Simulate a grid of settings (comma lists) in parallel "
                                     "and rank them by predicted speed-up (with a cost model) "
@@ -492,6 +508,12 @@ def _make_config(base: dict[str, Any], options: dict[str, Any],
 def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     config = _make_config(_base_options(args), _config_options(args), args)
     cost = _cost_model(args)
+    if args.stream or args.shard_by is not None:
+        return _cmd_simulate_stream(args, config, cost, out)
+    for flag, given in (("--executor", args.executor != "local"),
+                        ("--jobs", args.jobs is not None), ("--address", args.address)):
+        if given:
+            raise ValueError(f"{flag} applies to --shard-by (shards run in parallel)")
     if args.plot and cost is None:
         raise ValueError("--plot draws the predicted speed-up: give a cost (--cost-table, or "
                          "--decode-ms and --verify-ms)")
@@ -533,6 +555,126 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
                           _cost_label(cost, args))
         out.write(f"plot written to {args.plot}\n")
     return 0
+
+
+def _cmd_simulate_stream(args: argparse.Namespace, config: NgramConfig, cost: Any,
+                         out: TextIO) -> int:
+    """simulate --stream / --shard-by: pooled figures from requests read as they run."""
+    from .simulate import pool_results, simulate_stream
+    from .streams import iter_streams
+
+    what = "--shard-by" if args.shard_by is not None else "--stream"
+    for flag, given in (("--backend reference", args.backend != "numba"),
+                        ("--corpus", bool(args.corpus)), ("--plot", bool(args.plot)),
+                        ("a cost (--cost-table, --decode-ms, ...)", cost is not None)):
+        if given:
+            raise ValueError(f"{what} reports acceptance figures from the compiled loop: "
+                             f"{flag} needs the in-memory path (leave out {what})")
+    if args.limit is not None:
+        if args.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {args.limit}")
+        if args.shard_by is not None:
+            raise ValueError("--limit applies to one corpus, not to --shard-by")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.address is not None and args.executor != "ray":
+        raise ValueError("--address names a Ray cluster: it needs --executor ray")
+    sources = [str(s) for s in (args.streams or [embedded_streams_path()])]
+    label = ", ".join(os.path.basename(s) for s in sources)
+    conc = parse_concurrency(args.concurrency)
+    if args.shard_by is None:
+        if args.executor != "local" or args.jobs is not None or args.address:
+            raise ValueError("--executor, --jobs and --address apply to --shard-by")
+        levels = []
+        for c in conc:
+            src: Any = sources
+            if args.limit is not None:
+                src = itertools.islice(iter_streams(sources), args.limit)
+            bar = ProgressBar(f"simulate c={c}", force=args.progress)
+            try:
+                levels.append((c, simulate_stream(src, config=config, concurrency=c,
+                                                  by=args.by, progress=bar)))
+            finally:
+                bar.close()
+        shards: dict[str, list[tuple[int, Any]]] = {}
+    else:
+        field = args.shard_by
+        values: dict[str, int] = {}
+        for rec in iter_streams(sources):  # one pass: the shards, and clashing ids refused
+            v = str(rec.get(field, "(missing)"))
+            values[v] = values.get(v, 0) + 1
+        if set(values) == {"(missing)"}:
+            raise ValueError(f"--shard-by {field}: no request has that field")
+        tasks = [(sources, config, c, field, v, args.by) for c in conc for v in values]
+        jobs = args.jobs if args.jobs is not None else (
+            None if args.executor == "ray" else os.cpu_count() or 1)
+        bar = ProgressBar("shards", force=args.progress, delay=0.0)
+        got: dict[int, Any] = {}
+        failed = []
+        try:
+            with make_executor(args.executor, jobs=jobs, address=args.address) as ex:
+                for oc in ex.run(_run_shard, tasks):
+                    if oc.error is not None:
+                        failed.append(f"shard {field}={tasks[oc.index][4]} at concurrency "
+                                      f"{tasks[oc.index][2]}: {oc.error}")
+                    else:
+                        got[oc.index] = oc.value
+                    bar(len(got) + len(failed), len(tasks))
+        finally:
+            bar.close()
+        if failed:
+            raise ValueError("; ".join(failed))
+        shards = {}
+        levels = []
+        for j, c in enumerate(conc):
+            per = [(v, got[j * len(values) + k]) for k, v in enumerate(values)]
+            shards[str(c)] = per
+            levels.append((c, pool_results([r for _, r in per])))
+        label += f", {len(values)} shards by {field}"
+    for c, pooled in levels:
+        s = pooled.summary
+        out.write(f"ngramspec simulate (streamed): {s.requests:,} requests, "
+                  f"{pooled.output_tokens:,} output tokens from {label}\n"
+                  f"config: {_config_line(config)}\nserving: concurrency {pooled.concurrency}"
+                  f"{' per shard' if args.shard_by else ''}, backend numba\n\n")
+        rows = []
+        if args.shard_by is not None:
+            for v, r in shards[str(c)]:
+                rows.append([f"{args.shard_by}={v}", r.summary])
+            rows.append(["pooled", s])
+        else:
+            rows.append(["all", s])
+        for name, g in (pooled.groups.items() if args.by else []):
+            rows.append([f"  {args.by}={name}", g])
+        cols = ["", "requests", "verify steps", "tokens/step", "drafts/step",
+                "steps with a draft"]
+        out.write("\n".join(_table(cols, [[n, f"{x.requests:,}", f"{x.verify_steps:,}",
+                                             f"{x.tokens_per_step:.3f}",
+                                             f"{x.draft_nodes_per_step:.2f}",
+                                             _pct(x.share_steps_with_draft)]
+                                            for n, x in rows])) + "\n")
+        out.write(f"replay took {pooled.wall_seconds:.2f} s "
+                  f"({pooled.output_tokens_per_second:,.0f} output tokens/s"
+                  f"{', summed over shards' if args.shard_by else ''})\n\n")
+    if args.json:
+        report: dict[str, Any] = {"levels": []}
+        for c, pooled in levels:
+            entry = {"concurrency": c, **pooled.to_dict()}
+            if args.shard_by is not None:
+                entry["shard_by"] = args.shard_by
+                entry["shards"] = {v: r.to_dict() for v, r in shards[str(c)]}
+            report["levels"].append(entry)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f)
+    return 0
+
+
+def _run_shard(task: tuple, shared: Any) -> Any:
+    """One shard at one concurrency level, in a worker."""
+    from .simulate import simulate_stream
+
+    sources, config, c, field, value, by = task
+    return simulate_stream(sources, config=config, concurrency=c, by=by, where=(field, value))
 
 
 def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -270,10 +270,10 @@ class RayExecutor(Executor):
         self._ray = ray
         self.retries = int(retries)
         self._owned = False
-        if ray.is_initialized():
-            return
         if address is not None:
             _check_address(address)
+        if ray.is_initialized():
+            return
         # Workers of a local cluster import this very copy of ngramspec.
         root = str(Path(__file__).resolve().parent.parent)
         path = os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
