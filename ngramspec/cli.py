@@ -994,7 +994,7 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         # Each hold-out figure beside the same setting's tuning figure.
         for r in results:
             h = done.get(_job_key(r["options"], r["concurrency"], "holdout"))
-            r["holdout"] = (dict((k, v) for k, v in h.items() if k not in ("options", "concurrency"))
+            r["holdout"] = ({k: v for k, v in h.items() if k not in ("options", "concurrency")}
                             if h is not None else {"tokens_per_step": float("nan"),
                                                    "speedup": float("nan")})
     by_config: dict[str, list[dict]] = {}

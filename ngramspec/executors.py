@@ -417,7 +417,7 @@ class ResultsFile:
     >>> ResultsFile(p, sweep="s1", resume=False)
     Traceback (most recent call last):
     ...
-    ngramspec.executors.ResultsFileError: ...r.jsonl already holds 1 results; pass --resume to continue it, or another --out
+    ngramspec.executors.ResultsFileError: ...r.jsonl already holds 1 results; pass --resume ...
     """
 
     def __init__(self, path: str | os.PathLike[str], *, sweep: str, resume: bool) -> None:

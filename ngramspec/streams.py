@@ -23,7 +23,8 @@ from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
-__all__ = ["StreamError", "read_streams", "iter_streams", "stream_paths", "write_streams", "embedded_streams_path",
+__all__ = ["StreamError", "read_streams", "iter_streams", "stream_paths", "write_streams",
+           "embedded_streams_path",
            "validate_record", "REQUIRED_FIELDS", "SAMPLING_FIELDS", "decoding_of",
            "describe_decoding"]
 
