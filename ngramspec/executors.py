@@ -203,8 +203,10 @@ class LocalExecutor(Executor):
                             pending.appendleft(i)
                     pool = ProcessPoolExecutor(workers, initializer=_init_local,
                                                initargs=(shared,))
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:  # interrupted (Ctrl-C, generator closed): do not wait
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
 
 _RAY_SHARED: dict[str, Any] = {}
