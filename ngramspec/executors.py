@@ -167,17 +167,27 @@ class LocalExecutor(Executor):
             return
         workers = min(self.jobs, len(tasks))
         pending = deque(range(len(tasks)))
-        attempts = [0] * len(tasks)
+        # A dying worker breaks the whole pool and every task in flight with it: those run
+        # again one at a time (suspects), so that only a task that dies alone is charged.
+        suspects: deque[int] = deque()
+        deaths = [0] * len(tasks)
         running: dict[Any, int] = {}
         pool = ProcessPoolExecutor(workers, initializer=_init_local, initargs=(shared,))
         try:
-            while pending or running:
-                # At most one task per worker in flight: a dying worker takes only those.
-                while pending and len(running) < workers:
-                    i = pending.popleft()
-                    attempts[i] += 1
-                    running[pool.submit(_local_call, fn, tasks[i])] = i
-                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            while pending or suspects or running:
+                broken = False
+                while not broken and (suspects and not running or not suspects and pending
+                                      and len(running) < workers):
+                    queue = suspects if suspects else pending
+                    i = queue.popleft()
+                    try:
+                        running[pool.submit(_local_call, fn, tasks[i])] = i
+                    except BrokenProcessPool:  # a worker died since the last results
+                        queue.appendleft(i)
+                        broken = True
+                finished = set()
+                if not broken:
+                    finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 died = []
                 for fut in finished:
                     i = running.pop(fut)
@@ -190,19 +200,24 @@ class LocalExecutor(Executor):
                         yield Outcome(i, error=f"{type(e).__name__}: {e}")
                         continue
                     yield _outcome(i, res)
-                if died:
-                    # The pool is gone with every task in it: run those again in a new one.
-                    died += running.values()
+                if died or broken:
+                    lost = sorted(died + list(running.values()))
                     running.clear()
                     pool.shutdown(wait=False, cancel_futures=True)
-                    for i in sorted(died, reverse=True):
-                        if attempts[i] > self.retries:
-                            yield Outcome(i, error=f"WorkerDied: its worker process died "
-                                                   f"{attempts[i]} times")
-                        else:
-                            pending.appendleft(i)
                     pool = ProcessPoolExecutor(workers, initializer=_init_local,
                                                initargs=(shared,))
+                    if not lost:
+                        continue
+                    if len(lost) > 1:
+                        suspects.extend(lost)
+                        continue
+                    i = lost[0]
+                    deaths[i] += 1
+                    if deaths[i] > self.retries:
+                        yield Outcome(i, error=f"WorkerDied: its worker process died "
+                                               f"{deaths[i]} times")
+                    else:
+                        suspects.appendleft(i)
         except BaseException:  # interrupted (Ctrl-C, generator closed): do not wait
             pool.shutdown(wait=False, cancel_futures=True)
             raise
