@@ -271,7 +271,8 @@ def _in_use(t):
 @jit
 def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run, per_req, out,
                   bucket_counts, max_steps):
-    """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
+    """Advance the replay; returns DONE, PAUSED (``max_steps`` reached), NEED_ROOM or (with
+    ``loop[L_MORE]`` set, for :func:`replay_stream`) NEED_REQUESTS.
 
     ``trie``: the shared trie's plain bundle; ``local_tries``: a (typed) list of the slots' own
     tries' bundles; ``states``: a plain :data:`~.match.States`; ``remembered``: the remembered
