@@ -14,13 +14,13 @@ from .costs import CostTable, CostTableError, ServingPrediction, predict_serving
 from .drafts import DraftBatch
 from .drafter import Drafter
 from .errors import BackgroundInsertError, CacheFileError, IntegrityError
-from .simulate import SimulationResult, Summary, simulate
-from .streams import StreamError, read_streams
+from .simulate import SimulationResult, StreamResult, Summary, simulate, simulate_stream
+from .streams import StreamError, iter_streams, read_streams
 from .verify import VerifyResult, verify_greedy, verify_greedy_logits, verify_sampling
 
 __all__ = ["NgramCache", "NgramConfig", "DraftBatch", "Drafter", "VerifyResult", "verify_greedy",
            "verify_greedy_logits", "verify_sampling", "simulate", "SimulationResult", "Summary",
            "read_streams", "StreamError", "CostModel", "Prediction", "CostTable", "CostTableError",
            "ServingPrediction", "predict_serving", "schedule", "IntegrityError", "CacheFileError",
-           "BackgroundInsertError"]
+           "BackgroundInsertError", "simulate_stream", "StreamResult", "iter_streams"]
 __version__ = "0.1.0"

@@ -21,12 +21,13 @@ import os
 import sys
 import time
 import zlib
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Sequence, TextIO
 
 from . import config as config_module
 from .config import MATCH_TYPES, PRESETS, PROFILES, NgramConfig, toml_options
 from .costmodel import CostModel
+from .executors import (EXECUTORS, SCHEMA_VERSION, ResultsFile, fingerprint,
+                        make_executor, versions)
 from .costs import (CostTable, ServingPrediction, parse_concurrency, predict_serving, schedule,
                     verdict)
 from .simulate import SimulationResult, simulate
@@ -58,6 +59,12 @@ class ProgressBar:
         self.stream.write(f"\r{self.label} [{'#' * fill}{'.' * (self.width - fill)}] "
                           f"{100 * frac:5.1f}% {done:,}/{total:,}")
         self.stream.flush()
+
+    def clear(self) -> None:
+        """Wipe the bar's line (before printing a message); the next update redraws it."""
+        if self.shown:
+            self.stream.write("\r" + " " * (len(self.label) + self.width + 40) + "\r")
+            self.stream.flush()
 
     def close(self) -> None:
         if self.shown:
@@ -191,13 +198,47 @@ def _parser() -> argparse.ArgumentParser:
                                                    "field (e.g. task)")
     sim.add_argument("--plot", metavar="PATH.png",
                      help="plot the predicted speed-up against concurrency (matplotlib)")
+    big = sim.add_argument_group("corpora larger than memory")
+    big.add_argument("--stream", action="store_true",
+                     help="read the requests as they are admitted (memory bounded by the "
+                          "running requests and the trie); pooled figures, no per-request "
+                          "report; STREAMS may be directories of shards or glob patterns")
+    big.add_argument("--shard-by", metavar="FIELD",
+                     help="replay each value of this metadata field (e.g. tenant) as an "
+                          "independent shard, in parallel; reported per shard and pooled "
+                          "(implies --stream)")
+    big.add_argument("--executor", choices=EXECUTORS, default="local",
+                     help="where the shards run: local processes (default) or Ray")
+    big.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="parallel shards (local processes, or CPUs of a local Ray cluster; "
+                          "default: CPU count)")
+    big.add_argument("--address", metavar="HOST:PORT",
+                     help="a running Ray cluster's head (--executor ray)")
     sw = sub.add_parser("sweep", help="rank a grid of settings",
                         description="Simulate a grid of settings (comma lists) in parallel "
                                     "and rank them by predicted speed-up (with a cost model) "
                                     "or tokens per step.")
     _add_common(sw, grid=True)
-    sw.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
-                    help="parallel processes (default: CPU count)")
+    sw.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="parallel processes (local), or CPUs of the local Ray cluster started "
+                         "(default: CPU count)")
+    sw.add_argument("--executor", choices=EXECUTORS, default="local",
+                    help="local: processes on this machine (default); ray: one Ray task per "
+                         "setting (pip install 'ngramspec[ray]')")
+    sw.add_argument("--address", metavar="HOST:PORT",
+                    help="a running Ray cluster's head (--executor ray; default: start a "
+                         "local one)")
+    sw.add_argument("--retries", type=int, default=2, metavar="N",
+                    help="runs again a setting whose worker process died, at most N times "
+                         "(default 2)")
+    sw.add_argument("--out", metavar="RESULTS.jsonl|.parquet",
+                    help="append each finished setting to this results file (config, "
+                         "figures, per-group figures, timings, versions); the table is built "
+                         "from it")
+    sw.add_argument("--resume", action="store_true",
+                    help="continue --out: skip the settings already in it")
+    sw.add_argument("--by", metavar="FIELD",
+                    help="also record figures per value of this metadata field (e.g. task)")
     sw.add_argument("--top", type=int, metavar="K", help="print only the best K settings")
     sw.add_argument("--holdout", type=float, metavar="FRACTION",
                     help="rank on one part of the requests and report the winner on the rest: "
@@ -483,6 +524,12 @@ def _auto_costs(config: NgramConfig, cost: CostTable | CostModel | None
 def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     config = _make_config(_base_options(args), _config_options(args), args)
     cost = _cost_model(args)
+    if args.stream or args.shard_by is not None:
+        return _cmd_simulate_stream(args, config, cost, out)
+    for flag, given in (("--executor", args.executor != "local"),
+                        ("--jobs", args.jobs is not None), ("--address", args.address)):
+        if given:
+            raise ValueError(f"{flag} applies to --shard-by (shards run in parallel)")
     if args.plot and cost is None:
         raise ValueError("--plot draws the predicted speed-up: give a cost (--cost-table, or "
                          "--decode-ms and --verify-ms)")
@@ -524,6 +571,127 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
                           _cost_label(cost, args))
         out.write(f"plot written to {args.plot}\n")
     return 0
+
+
+def _cmd_simulate_stream(args: argparse.Namespace, config: NgramConfig, cost: Any,
+                         out: TextIO) -> int:
+    """simulate --stream / --shard-by: pooled figures from requests read as they run."""
+    from .simulate import pool_results, simulate_stream
+    from .streams import iter_streams
+
+    what = "--shard-by" if args.shard_by is not None else "--stream"
+    for flag, given in (("--backend reference", args.backend != "numba"),
+                        ("--corpus", bool(args.corpus)), ("--plot", bool(args.plot)),
+                        ("a cost (--cost-table, --decode-ms, ...)", cost is not None),
+                        ("--min-expected-accept auto", config.min_expected_accept == "auto")):
+        if given:
+            raise ValueError(f"{what} reports acceptance figures from the compiled loop: "
+                             f"{flag} needs the in-memory path (leave out {what})")
+    if args.limit is not None:
+        if args.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {args.limit}")
+        if args.shard_by is not None:
+            raise ValueError("--limit applies to one corpus, not to --shard-by")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.address is not None and args.executor != "ray":
+        raise ValueError("--address names a Ray cluster: it needs --executor ray")
+    sources = [str(s) for s in (args.streams or [embedded_streams_path()])]
+    label = ", ".join(os.path.basename(s) for s in sources)
+    conc = parse_concurrency(args.concurrency)
+    if args.shard_by is None:
+        if args.executor != "local" or args.jobs is not None or args.address:
+            raise ValueError("--executor, --jobs and --address apply to --shard-by")
+        levels = []
+        for c in conc:
+            src: Any = sources
+            if args.limit is not None:
+                src = itertools.islice(iter_streams(sources), args.limit)
+            bar = ProgressBar(f"simulate c={c}", force=args.progress)
+            try:
+                levels.append((c, simulate_stream(src, config=config, concurrency=c,
+                                                  by=args.by, progress=bar)))
+            finally:
+                bar.close()
+        shards: dict[str, list[tuple[int, Any]]] = {}
+    else:
+        field = args.shard_by
+        values: dict[str, int] = {}
+        for rec in iter_streams(sources):  # one pass: the shards, and clashing ids refused
+            v = str(rec.get(field, "(missing)"))
+            values[v] = values.get(v, 0) + 1
+        if set(values) == {"(missing)"}:
+            raise ValueError(f"--shard-by {field}: no request has that field")
+        tasks = [(sources, config, c, field, v, args.by) for c in conc for v in values]
+        jobs = args.jobs if args.jobs is not None else (
+            None if args.executor == "ray" else os.cpu_count() or 1)
+        bar = ProgressBar("shards", force=args.progress, delay=0.0)
+        got: dict[int, Any] = {}
+        failed = []
+        try:
+            with make_executor(args.executor, jobs=jobs, address=args.address) as ex:
+                for oc in ex.run(_run_shard, tasks):
+                    if oc.error is not None:
+                        failed.append(f"shard {field}={tasks[oc.index][4]} at concurrency "
+                                      f"{tasks[oc.index][2]}: {oc.error}")
+                    else:
+                        got[oc.index] = oc.value
+                    bar(len(got) + len(failed), len(tasks))
+        finally:
+            bar.close()
+        if failed:
+            raise ValueError("; ".join(failed))
+        shards = {}
+        levels = []
+        for j, c in enumerate(conc):
+            per = [(v, got[j * len(values) + k]) for k, v in enumerate(values)]
+            shards[str(c)] = per
+            levels.append((c, pool_results([r for _, r in per])))
+        label += f", {len(values)} shards by {field}"
+    for c, pooled in levels:
+        s = pooled.summary
+        out.write(f"ngramspec simulate (streamed): {s.requests:,} requests, "
+                  f"{pooled.output_tokens:,} output tokens from {label}\n"
+                  f"config: {_config_line(config)}\nserving: concurrency {pooled.concurrency}"
+                  f"{' per shard' if args.shard_by else ''}, backend numba\n\n")
+        rows = []
+        if args.shard_by is not None:
+            for v, r in shards[str(c)]:
+                rows.append([f"{args.shard_by}={v}", r.summary])
+            rows.append(["pooled", s])
+        else:
+            rows.append(["all", s])
+        for name, g in (pooled.groups.items() if args.by else []):
+            rows.append([f"  {args.by}={name}", g])
+        cols = ["", "requests", "verify steps", "tokens/step", "drafts/step",
+                "steps with a draft"]
+        out.write("\n".join(_table(cols, [[n, f"{x.requests:,}", f"{x.verify_steps:,}",
+                                             f"{x.tokens_per_step:.3f}",
+                                             f"{x.draft_nodes_per_step:.2f}",
+                                             _pct(x.share_steps_with_draft)]
+                                            for n, x in rows])) + "\n")
+        out.write(f"replay took {pooled.wall_seconds:.2f} s "
+                  f"({pooled.output_tokens_per_second:,.0f} output tokens/s"
+                  f"{', summed over shards' if args.shard_by else ''})\n\n")
+    if args.json:
+        report: dict[str, Any] = {"levels": []}
+        for c, pooled in levels:
+            entry = {"concurrency": c, **pooled.to_dict()}
+            if args.shard_by is not None:
+                entry["shard_by"] = args.shard_by
+                entry["shards"] = {v: r.to_dict() for v, r in shards[str(c)]}
+            report["levels"].append(entry)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f)
+    return 0
+
+
+def _run_shard(task: tuple, shared: Any) -> Any:
+    """One shard at one concurrency level, in a worker."""
+    from .simulate import simulate_stream
+
+    sources, config, c, field, value, by = task
+    return simulate_stream(sources, config=config, concurrency=c, by=by, where=(field, value))
 
 
 def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -583,26 +751,28 @@ def _pyplot():
 
 # --- sweep --------------------------------------------------------------------------------
 
-_WORKER_ROWS: dict[str, list[dict]] = {}
-
-
-def _init_worker(parts: dict[str, list[dict]]) -> None:
-    _WORKER_ROWS.clear()
-    _WORKER_ROWS.update(parts)
-
-
-def _run_one(job: tuple) -> dict:
-    options, asked, concurrency, backend, cost, draft_ms, base, part = job
+def _run_one(job: tuple, parts: dict[str, list[dict]]) -> dict:
+    """One sweep setting, in a worker: the results record (see executors.RESULT_FIELDS)."""
+    options, asked, concurrency, backend, cost, draft_ms, base, part, by, sweep = job
     config = NgramConfig(**{**base, **options})
-    r = simulate(_WORKER_ROWS[part], config=config, concurrency=concurrency, backend=backend,
+    r = simulate(parts[part], config=config, concurrency=concurrency, backend=backend,
                  costs=_auto_costs(config, cost))
     s = r.summary
-    out = dict(options=options, concurrency=asked, part=part, tokens_per_step=s.tokens_per_step,
+    out = dict(schema_version=SCHEMA_VERSION, **versions(), sweep=sweep,
+               key=_job_key(options, asked, part), part=part, concurrency=asked,
+               run_concurrency=r.concurrency, options=options,
+               config=dataclasses.asdict(r.config), match_type=r.config.match_type,
+               draft_token_num=r.config.draft_token_num, backend=backend,
+               requests=s.requests, verify_steps=s.verify_steps,
+               emitted_tokens=s.emitted_tokens, batch_steps=r.batch_steps,
+               tokens_per_step=s.tokens_per_step, acceptance_by_depth=s.acceptance_by_depth,
                draft_nodes_per_step=s.draft_nodes_per_step,
-               share_steps_with_draft=s.share_steps_with_draft,
-               acceptance_by_depth=s.acceptance_by_depth,
-               draft_ms_per_step=r.draft_ms_per_step,
-               draft_token_num=r.config.draft_token_num, match_type=r.config.match_type)
+               share_steps_with_draft=s.share_steps_with_draft, speedup=None,
+               speculative_tokens_per_s=None, baseline_tokens_per_s=None, prediction=None,
+               group_by=by, groups=None if by is None else
+               {k: v.to_dict() for k, v in r.by(by).items()},
+               draft_ms_per_step=r.draft_ms_per_step, wall_seconds=r.wall_seconds,
+               task_seconds=None, finished_at=None)
     if cost is not None:
         # Predicted in the worker: the per-request step counts need not travel back.
         p = predict_serving(r, cost, draft_ms=draft_ms)
@@ -610,6 +780,21 @@ def _run_one(job: tuple) -> dict:
                    speculative_tokens_per_s=p.speculative_tokens_per_s,
                    baseline_tokens_per_s=p.baseline_tokens_per_s)
     return out
+
+
+def _job_key(options: dict, asked: int, part: str) -> str:
+    return json.dumps({"options": options, "concurrency": asked, "part": part},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def _streams_digest(parts: dict[str, list[dict]]) -> str:
+    """Identifies the requests of a sweep (ids and lengths) for its results file."""
+    h = zlib.crc32(b"")
+    for part, rows in parts.items():
+        for r in rows:
+            h = zlib.crc32(json.dumps([part, r["id"], len(r["prompt_ids"]),
+                                      len(r["output_ids"])]).encode("utf-8"), h)
+    return f"{h:08x}"
 
 
 def holdout_split(rows: list[dict], *, fraction: float | None = None,
@@ -742,17 +927,29 @@ def _plot(rows: list[dict], path: str, with_cost: bool, cost_label: str = "") ->
 
 
 def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    jobs = args.jobs if args.jobs is not None else (
+        None if args.executor == "ray" else os.cpu_count() or 1)
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if args.retries < 0:
+        raise ValueError(f"--retries must be >= 0, got {args.retries}")
     if args.top is not None and args.top < 1:
         raise ValueError(f"--top must be >= 1, got {args.top}")
     if args.holdout is not None and args.holdout_by is not None:
         raise ValueError("give --holdout or --holdout-by, not both")
+    if args.resume and not args.out:
+        raise ValueError("--resume continues a results file: give it with --out")
+    if args.address is not None and args.executor != "ray":
+        raise ValueError("--address names a Ray cluster: it needs --executor ray")
     cost = _cost_model(args)
     base = _base_options(args)
     grid = _grid(args, base)
     conc = parse_concurrency(args.concurrency)
     all_rows, label = _load(args)
+    if args.by is not None and not any(args.by in r for r in all_rows):
+        fields = sorted({k for r in all_rows for k in r} - {"prompt_ids", "output_ids"})
+        raise ValueError(f"--by {args.by}: no request has that field; fields: "
+                         f"{', '.join(fields)}")
     holdout = args.holdout is not None or args.holdout_by is not None
     if holdout:
         rows, held, split = holdout_split(all_rows, fraction=args.holdout, by=args.holdout_by)
@@ -761,32 +958,66 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         rows, held, split = all_rows, [], ""
         parts = {"all": rows}
     levels = [(c, min(c, len(rows))) for c in conc]
-    jobs = [(options, asked, min(asked, len(part_rows)), args.backend, cost, args.draft_ms,
-             base, part)
-            for part, part_rows in parts.items() for options in grid for asked in conc]
+    sweep = fingerprint({"streams": _streams_digest(parts), "base": base,
+                         "backend": args.backend, "draft_ms": args.draft_ms, "by": args.by,
+                         "cost": _cost_fingerprint(cost), "holdout": split})
+    jobs_list = [(options, asked, min(asked, len(part_rows)), args.backend, cost,
+                  args.draft_ms, base, part, args.by, sweep)
+                 for part, part_rows in parts.items() for options in grid for asked in conc]
+    keys = [_job_key(j[0], j[1], j[7]) for j in jobs_list]
+    results_file = ResultsFile(args.out, sweep=sweep, resume=args.resume) if args.out else None
+    have = results_file.keys() if results_file is not None else set()
+    todo = [i for i, k in enumerate(keys) if k not in have]
+    if results_file is not None and have:
+        out.write(f"resuming {args.out}: {len(keys) - len(todo)} of {len(keys)} settings "
+                  "already there\n")
     bar = ProgressBar("sweep", force=args.progress, delay=0.0)
-    done: list[dict] = []
+    done: dict[str, dict] = {}
+    failed: list[tuple[int, str]] = []
     t0 = time.perf_counter()
     try:
-        if args.jobs == 1 or len(jobs) == 1:
-            _init_worker(parts)
-            for job in jobs:
-                done.append(_run_one(job))
-                bar(len(done), len(jobs))
-        else:
-            with ProcessPoolExecutor(max_workers=min(args.jobs, len(jobs)),
-                                     initializer=_init_worker, initargs=(parts,)) as pool:
-                for res in pool.map(_run_one, jobs):
-                    done.append(res)
-                    bar(len(done), len(jobs))
+        if todo:
+            bar(len(keys) - len(todo), len(keys))
+            if args.executor == "local" and (jobs or 1) > 1 and len(todo) > 1 and \
+                    args.backend == "numba":
+                _warm_kernels(base, jobs_list[todo[0]][0])
+            with make_executor(args.executor, jobs=jobs, address=args.address,
+                               retries=args.retries) as ex:
+                finished = len(keys) - len(todo)
+                for oc in ex.run(_run_one, [jobs_list[i] for i in todo], shared=parts):
+                    finished += 1
+                    i = todo[oc.index]
+                    if oc.error is not None:
+                        failed.append((i, oc.error))
+                        bar.clear()
+                        print(f"ngramspec: setting failed: "
+                              f"{_options_label(jobs_list[i][0], []) or 'default settings'}"
+                              f"{_part_label(jobs_list[i], conc, holdout)}: {oc.error}",
+                              file=sys.stderr)
+                    else:
+                        rec = dict(oc.value, task_seconds=oc.seconds,
+                                   finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                             time.gmtime()))
+                        if results_file is not None:
+                            results_file.append(rec)
+                        done[rec["key"]] = rec
+                    bar(finished, len(keys))
     finally:
         bar.close()
+    if results_file is not None:  # the table is built from the file
+        done = {r["key"]: r for r in results_file.records()}
+    ordered = [done[k] for k in keys if k in done]
+    if not any(r["part"] != "holdout" for r in ordered):
+        raise ValueError(f"every setting failed ({len(failed)}); nothing to rank")
     key = "speedup" if cost is not None else "tokens_per_step"
-    results = [r for r in done if r["part"] != "holdout"]
+    results = [r for r in ordered if r["part"] != "holdout"]
     if holdout:
-        # Each hold-out figure beside the same setting's tuning figure (same job order).
-        for r, h in zip(results, [r for r in done if r["part"] == "holdout"]):
-            r["holdout"] = {k: v for k, v in h.items() if k not in ("options", "concurrency")}
+        # Each hold-out figure beside the same setting's tuning figure.
+        for r in results:
+            h = done.get(_job_key(r["options"], r["concurrency"], "holdout"))
+            r["holdout"] = ({k: v for k, v in h.items() if k not in ("options", "concurrency")}
+                            if h is not None else {"tokens_per_step": float("nan"),
+                                                   "speedup": float("nan")})
     by_config: dict[str, list[dict]] = {}
     for r in results:
         by_config.setdefault(_options_label(r["options"], results), []).append(r)
@@ -799,7 +1030,7 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
                  f"(hold-out: {split})" if holdout else
                  f"on {len(rows)} requests from {label}")
     out.write(f"ngramspec sweep: {len(results)} settings {ranked_on} "
-              f"({time.perf_counter() - t0:.1f} s, {args.jobs} jobs); ranked by "
+              f"({time.perf_counter() - t0:.1f} s, {_executor_label(args, jobs)}); ranked by "
               f"{'predicted speed-up' if cost else 'tokens per verify step'}\n\n")
     cols = ["rank"] + names + ["tokens/step"] + (["hold-out tokens/step"] if holdout else []) + [
         "drafts/step", "steps with a draft"]
@@ -868,7 +1099,41 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write("\nbest setting as SGLang server flags:\n"
                       + sglang_flags(best_cfg.to_sglang_args()) + "\n")
+    if results_file is not None:
+        out.write(f"results in {args.out} ({len(done)} settings)\n")
+    if failed:
+        out.write(f"\n{len(failed)} of {len(keys)} settings failed (not ranked; errors on "
+                  f"stderr{'; --resume runs them again' if results_file is not None else ''})\n")
+        return 1
     return 0
+
+
+def _warm_kernels(base: dict[str, Any], options: dict[str, Any]) -> None:
+    """Load the compiled replay here, before the worker processes are forked from this one:
+    they inherit it instead of each loading it again (a second or so per worker)."""
+    rows = [{"id": 0, "prompt_ids": [1, 2], "output_ids": [1, 2, 3]}]
+    simulate(rows, config=NgramConfig(**{**base, **options, "capacity": 64}))
+
+
+def _part_label(job: tuple, conc: list[int], holdout: bool) -> str:
+    extra = [f"concurrency {job[1]}"] if len(conc) > 1 else []
+    extra += [f"{job[7]} part"] if holdout else []
+    return f" ({', '.join(extra)})" if extra else ""
+
+
+def _executor_label(args: argparse.Namespace, jobs: int | None) -> str:
+    if args.executor == "ray":
+        return f"Ray at {args.address}" if args.address else (
+            f"local Ray cluster, {jobs} CPUs" if jobs else "local Ray cluster")
+    return f"{jobs} jobs"
+
+
+def _cost_fingerprint(cost: CostTable | CostModel | None) -> Any:
+    if cost is None:
+        return None
+    if isinstance(cost, CostTable):
+        return cost.points()
+    return dataclasses.asdict(cost)
 
 
 def sglang_flags(args: dict[str, Any]) -> str:

@@ -42,7 +42,8 @@ from .config import NgramConfig
 from .streams import StreamSource, describe_decoding, read_streams
 from .verify import verify_greedy
 
-__all__ = ["simulate", "SimulationResult", "Summary"]
+__all__ = ["simulate", "SimulationResult", "Summary", "simulate_stream", "StreamResult",
+           "pool_results"]
 
 #: Fields of a record that are token data, not metadata.
 TOKEN_FIELDS = ("prompt_ids", "output_ids")
@@ -425,3 +426,269 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
         progress(total_tokens, total_tokens)
     return ([np.asarray(e, np.int32) for e in emitted], [np.asarray(d, np.int32) for d in drafts],
             cpu, steps, time.perf_counter() - t0)
+
+
+# --- streaming: corpora larger than memory -------------------------------------------------
+
+
+class _Tally:
+    """Pooled counts of verify steps, added request by request; :meth:`summary` gives the
+    very figures :func:`_summarise` gives on the same requests' arrays."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.requests = 0
+        self.steps = 0
+        self.emitted = 0
+        self.accepted = np.zeros(n, np.int64)  # [a]: steps that emitted a + 1 tokens
+        self.draft_nodes = 0
+        self.with_draft = 0
+
+    def add(self, emitted: np.ndarray, drafts: np.ndarray) -> None:
+        self.requests += 1
+        if emitted.size:
+            self.steps += int(emitted.size)
+            self.emitted += int(emitted.sum(dtype=np.int64))
+            self.accepted += np.bincount(emitted.astype(np.int64) - 1, minlength=self.n)[:self.n]
+            self.draft_nodes += int(drafts.sum(dtype=np.int64))
+            self.with_draft += int(np.count_nonzero(drafts))
+
+    def merge(self, other: "_Tally") -> None:
+        self.requests += other.requests
+        self.steps += other.steps
+        self.emitted += other.emitted
+        self.accepted += other.accepted
+        self.draft_nodes += other.draft_nodes
+        self.with_draft += other.with_draft
+
+    def summary(self) -> Summary:
+        n, steps = self.n, self.steps
+        if steps:
+            at_least = self.accepted[::-1].cumsum()[::-1] / steps
+            by_depth = [float(x) for x in at_least[1:n]]
+            return Summary(self.requests, steps, self.emitted, self.emitted / steps, by_depth,
+                           float(self.draft_nodes) / steps, float(self.with_draft / steps))
+        nan = float("nan")
+        return Summary(self.requests, 0, 0, nan, [0.0] * (n - 1), nan, nan)
+
+
+@dataclass
+class StreamResult:
+    """Outcome of :func:`simulate_stream`: pooled figures (and per group), no per-request
+    arrays (memory does not grow with the corpus).
+
+    Attributes
+    ----------
+    config, concurrency, batch_steps, draft_seconds, wall_seconds
+        As :class:`SimulationResult`.
+    output_tokens : int
+        Recorded output tokens replayed.
+    summary : Summary
+        Pooled over all requests; equal to ``simulate(...).summary`` on the same requests.
+    group_by : str or None
+        The metadata field of ``groups``.
+    groups : dict of str to Summary
+        Per value of ``group_by`` (first-seen order), as ``SimulationResult.by``.
+    decoding : dict
+        As ``SimulationResult.decoding``.
+    """
+
+    config: NgramConfig
+    concurrency: int
+    batch_steps: int
+    draft_seconds: float
+    wall_seconds: float
+    output_tokens: int
+    group_by: str | None
+    decoding: dict[str, Any]
+    _tally: _Tally = field(repr=False)
+    _groups: dict[str, _Tally] = field(repr=False, default_factory=dict)
+    backend: str = "numba"
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"StreamResult(requests={s.requests}, verify_steps={s.verify_steps}, "
+                f"tokens_per_step={s.tokens_per_step:.4f}, concurrency={self.concurrency})")
+
+    @property
+    def summary(self) -> Summary:
+        return self._tally.summary()
+
+    @property
+    def groups(self) -> dict[str, Summary]:
+        return {k: t.summary() for k, t in self._groups.items()}
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.summary.tokens_per_step
+
+    @property
+    def draft_ms_per_step(self) -> float:
+        return 1e3 * self.draft_seconds / max(self.batch_steps, 1)
+
+    @property
+    def output_tokens_per_second(self) -> float:
+        return self.output_tokens / self.wall_seconds if self.wall_seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"config", "summary", ["groups"]}`` as :meth:`SimulationResult.to_dict`, without
+        the per-request part."""
+        summary = self.summary.to_dict()
+        summary.update(concurrency=self.concurrency, backend=self.backend,
+                       batch_steps=self.batch_steps, decoding=self.decoding["kind"],
+                       output_tokens=self.output_tokens,
+                       draft_ms_per_step=self.draft_ms_per_step,
+                       wall_seconds=self.wall_seconds,
+                       output_tokens_per_second=self.output_tokens_per_second)
+        out: dict[str, Any] = {"config": asdict(self.config), "summary": summary}
+        if self.group_by is not None:
+            out["groups"] = {k: v.to_dict() for k, v in self.groups.items()}
+        return out
+
+
+def pool_results(results: Sequence[StreamResult]) -> StreamResult:
+    """Independent shards' results pooled: every verify step of every shard counts once
+    (timings summed; the concurrency is the largest).
+
+    Examples
+    --------
+    >>> import ngramspec as ns
+    >>> from ngramspec.simulate import simulate_stream, pool_results
+    >>> rows = [{"id": i, "prompt_ids": [1, 2, 3], "output_ids": [1, 2, 3, 1, 2, 3, 4]}
+    ...         for i in range(4)]
+    >>> cfg = ns.NgramConfig(capacity=10_000)
+    >>> a, b = simulate_stream(rows[:2], config=cfg), simulate_stream(rows[2:], config=cfg)
+    >>> pool_results([a, b]).summary.verify_steps == a.summary.verify_steps * 2
+    True
+    """
+    if not results:
+        raise ValueError("pool_results needs at least one result")
+    first = results[0]
+    tally = _Tally(first._tally.n)
+    groups: dict[str, _Tally] = {}
+    decoding = {"greedy": 0, "sampled": 0, "settings": []}
+    for r in results:
+        if r.config != first.config or r.group_by != first.group_by:
+            raise ValueError("pool_results: the results differ in config or group_by")
+        tally.merge(r._tally)
+        for k, t in r._groups.items():
+            groups.setdefault(k, _Tally(t.n)).merge(t)
+        decoding["greedy"] += r.decoding["greedy"]
+        decoding["sampled"] += r.decoding["sampled"]
+        decoding["settings"] += [s for s in r.decoding["settings"]
+                                 if s not in decoding["settings"]]
+    decoding["kind"] = ("mixed" if decoding["greedy"] and decoding["sampled"] else
+                        "sampled" if decoding["sampled"] else "greedy")
+    return StreamResult(first.config, max(r.concurrency for r in results),
+                        sum(r.batch_steps for r in results),
+                        sum(r.draft_seconds for r in results),
+                        sum(r.wall_seconds for r in results),
+                        sum(r.output_tokens for r in results), first.group_by, decoding,
+                        tally, groups)
+
+
+RequestFn = Callable[[Hashable, np.ndarray, np.ndarray], None]
+
+
+def simulate_stream(streams: StreamSource, *, config: NgramConfig | None = None,
+                    concurrency: int = 1, by: str | None = None,
+                    where: tuple[str, str] | None = None, progress: ProgressFn | None = None,
+                    on_request: RequestFn | None = None, chunk: int = 4096,
+                    costs: Any = None) -> StreamResult:
+    """:func:`simulate` on a corpus read as it is replayed (the ``numba`` backend's loop).
+
+    Requests are admitted from :func:`~ngramspec.streams.iter_streams` (files, directories
+    of shards, glob patterns, any iterable of records): only the running requests, the next
+    ``chunk`` read ahead and the tries are held, and per-request results are pooled as each
+    request finishes.  The figures equal :func:`simulate`'s on the same requests exactly.
+
+    Parameters
+    ----------
+    streams
+        As :func:`~ngramspec.streams.iter_streams`.
+    config, concurrency, progress
+        As :func:`simulate` (progress: tokens replayed so far, tokens read so far).
+    by : str, optional
+        Also pool per value of this metadata field (``result.groups``).
+    where : (field, value), optional
+        Replay only the requests whose ``str(record[field]) == value`` (one shard).
+    on_request : callable(id, emitted, drafts), optional
+        Called with each request's per-step counts as it finishes (any order).
+    chunk : int
+        Requests read ahead at a time.
+    costs : CostTable or CostModel, optional
+        The step costs of ``min_expected_accept="auto"``, as :func:`simulate`.
+
+    Examples
+    --------
+    >>> import ngramspec as ns
+    >>> rows = [{"id": "a", "prompt_ids": [7, 1, 2, 3, 4, 5], "output_ids": [1, 2, 3, 4, 5, 6]},
+    ...         {"id": "b", "prompt_ids": [9], "output_ids": [1, 2, 3, 4, 5, 6, 8]}]
+    >>> r = ns.simulate_stream(iter(rows), config=ns.NgramConfig(draft_token_num=4,
+    ...                                                          capacity=10_000))
+    >>> r.summary.verify_steps, r.tokens_per_step
+    (5, 2.2)
+    """
+    from .engine.replay import replay_stream  # imports numba: only when simulating
+    from .streams import SAMPLING_FIELDS, decoding_of, iter_streams
+
+    config = _check_args(config, concurrency, "numba", costs)
+    if by is not None and not isinstance(by, str):
+        raise TypeError(f"by must be a metadata field name (str), got {type(by).__name__}")
+    if where is not None and not (isinstance(where, tuple) and len(where) == 2):
+        raise TypeError("where must be a (field, value) pair")
+    n = config.draft_token_num
+    tally = _Tally(n)
+    groups: dict[str, _Tally] = {}
+    pending: dict[int, tuple[Hashable, str | None]] = {}
+    decoding: dict[str, Any] = {"greedy": 0, "sampled": 0, "settings": []}
+    seen_by = [False]
+    totals = [0, 0]  # output tokens, requests with more than one output token
+
+    def requests():
+        i = 0
+        for rec in iter_streams(streams):
+            if where is not None and str(rec.get(where[0])) != where[1]:
+                continue
+            group = None
+            if by is not None:
+                seen_by[0] = seen_by[0] or by in rec
+                group = str(rec["id"]) if by == "id" else str(rec.get(by, "(missing)"))
+                groups.setdefault(group, _Tally(n))  # first-seen order, as SimulationResult
+            if decoding_of(rec) == "greedy":
+                decoding["greedy"] += 1
+            else:
+                decoding["sampled"] += 1
+                s = {k: rec.get(k) for k in SAMPLING_FIELDS}
+                if s not in decoding["settings"]:
+                    decoding["settings"].append(s)
+            pending[i] = (rec["id"], group)
+            out = np.asarray(rec["output_ids"], dtype=np.int32)
+            totals[0] += out.size
+            totals[1] += out.size > 1
+            i += 1
+            yield np.asarray(rec["prompt_ids"], dtype=np.int32), out
+
+    def finished(i: int, emitted: np.ndarray, drafts: np.ndarray) -> None:
+        rid, group = pending.pop(i)
+        tally.add(emitted, drafts)
+        if group is not None:
+            groups[group].add(emitted, drafts)
+        if on_request is not None:
+            on_request(rid, emitted, drafts)
+
+    out = replay_stream(requests(), config, concurrency=int(concurrency), on_finish=finished,
+                        chunk=chunk, progress=progress, costs=costs)
+    if tally.requests == 0:
+        raise ValueError("streams holds no requests" + (
+            f" with {where[0]} = {where[1]!r}" if where is not None else ""))
+    if totals[1] == 0:
+        raise ValueError(f"no verify steps to simulate: all {tally.requests} requests have a "
+                         "single output token (the prefill emits it; speculation starts at the "
+                         "second output token)")
+    if by is not None and by != "id" and not seen_by[0]:
+        raise KeyError(f"by={by!r}: no request has that field")
+    decoding["kind"] = ("mixed" if decoding["greedy"] and decoding["sampled"] else
+                        "sampled" if decoding["sampled"] else "greedy")
+    return StreamResult(config, out.concurrency, out.batch_steps, out.draft_seconds,
+                        out.wall_seconds, totals[0], by, decoding, tally, groups)

@@ -5,12 +5,16 @@ A stream is one request as the target model served it under greedy decoding: its
 (``task``, ``model``, texts, ...) is kept as metadata and can be used to group reports.
 
 Records are plain dicts; ``prompt_ids`` and ``output_ids`` are returned as lists of ints
-exactly as stored.  Reading is all or nothing: a malformed line raises :class:`StreamError`
-naming the file and the line, and nothing is returned.
+exactly as stored.  :func:`read_streams` is all or nothing: a malformed line raises
+:class:`StreamError` naming the file and the line, and nothing is returned.
+:func:`iter_streams` yields the same records one at a time (one file after the other, Parquet
+by row batches), so a corpus larger than memory can be replayed; a path may also be a
+directory of shards or a glob pattern.
 """
 
 from __future__ import annotations
 
+import glob
 import gzip
 import io
 import json
@@ -19,7 +23,8 @@ from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Union
 
-__all__ = ["StreamError", "read_streams", "write_streams", "embedded_streams_path",
+__all__ = ["StreamError", "read_streams", "iter_streams", "stream_paths", "write_streams",
+           "embedded_streams_path",
            "validate_record", "REQUIRED_FIELDS", "SAMPLING_FIELDS", "decoding_of",
            "describe_decoding"]
 
@@ -190,11 +195,140 @@ def _read_parquet(path: Path) -> Iterator[dict]:
         raise StreamError(f"{path}: reading Parquet needs pyarrow; install it with "
                           "pip install 'ngramspec[parquet]'") from None
     try:
-        rows = pq.read_table(path).to_pylist()
+        pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises several types for unreadable files
         raise StreamError(f"{path}: cannot be read as Parquet: {e}") from None
-    for i, row in enumerate(rows):
-        yield validate_record(row, f"{path}: row {i}")
+    i = 0
+    batches = pf.iter_batches(batch_size=1024)  # a few rows at a time, not the whole file
+    while True:
+        try:
+            batch = next(batches, None)
+        except Exception as e:
+            raise StreamError(f"{path}: cannot be read as Parquet: {e}") from None
+        if batch is None:
+            return
+        for row in batch.to_pylist():
+            yield validate_record(row, f"{path}: row {i}")
+            i += 1
+
+
+#: File names taken from a directory of shards.
+SHARD_SUFFIXES = (".jsonl", ".jsonl.gz", ".gz", ".parquet")
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def stream_paths(source: str | os.PathLike[str]) -> list[Path]:
+    """The stream files a path names: the file itself, the stream files of a directory
+    (``.jsonl``, ``.jsonl.gz``, ``.gz``, ``.parquet``, sorted by name), or the files a glob
+    pattern matches (sorted).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from ngramspec.streams import stream_paths
+    >>> d = tempfile.mkdtemp()
+    >>> for name in ("b.jsonl", "a.jsonl.gz", "notes.txt"):
+    ...     open(os.path.join(d, name), "w").close()
+    >>> [p.name for p in stream_paths(d)]
+    ['a.jsonl.gz', 'b.jsonl']
+    >>> stream_paths(os.path.join(d, "*.parquet"))
+    Traceback (most recent call last):
+    ...
+    ngramspec.streams.StreamError: streams: the pattern '...*.parquet' matches no file
+    """
+    text = os.fspath(source)
+    path = Path(text)
+    if not path.exists() and _GLOB_CHARS & set(text):
+        found = sorted(Path(p) for p in glob.glob(text, recursive=True) if os.path.isfile(p))
+        if not found:
+            raise StreamError(f"streams: the pattern {text!r} matches no file")
+        return found
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir()
+                       if p.is_file() and p.name.endswith(SHARD_SUFFIXES)
+                       and not p.name.startswith("."))
+        if not found:
+            raise StreamError(f"streams: {text!r} is a directory holding no stream files "
+                              f"({', '.join(SHARD_SUFFIXES)})")
+        return found
+    if not path.exists():
+        raise StreamError(f"streams: no such file {text!r}")
+    return [path]
+
+
+def _sources(source: StreamSource) -> Iterable[Any]:
+    if isinstance(source, (str, os.PathLike)):
+        return [source]
+    if isinstance(source, (bytes, Mapping)):
+        raise TypeError(f"streams must be a path, a list of paths or an iterable of records, "
+                        f"got {type(source).__name__}")
+    try:
+        iter(source)
+    except TypeError:
+        raise TypeError(f"streams must be a path, a list of paths or an iterable of "
+                        f"records, got {type(source).__name__}") from None
+    return source
+
+
+def iter_streams(source: StreamSource) -> Iterator[dict]:
+    """Recorded streams one at a time, in order, checked: :func:`read_streams` without
+    holding the corpus.
+
+    Parameters
+    ----------
+    source : path, glob, directory, list of those, or iterable of records
+        As :func:`read_streams`; a directory stands for its stream files (sorted by name), a
+        pattern with ``*``, ``?`` or ``[`` for the files it matches (sorted).
+
+    Yields
+    ------
+    dict
+        One record per request.  Only the ids seen so far are remembered (to refuse a
+        duplicate, also across files: shards with clashing ids).
+
+    Raises
+    ------
+    StreamError
+        As :func:`read_streams`, when the bad record is reached (the records before it have
+        been yielded); a missing file, a pattern matching no file or a directory without
+        stream files before anything is yielded.
+
+    Examples
+    --------
+    >>> from ngramspec.streams import iter_streams
+    >>> it = iter_streams([{"id": 1, "prompt_ids": [], "output_ids": [5]},
+    ...                    {"id": 2, "prompt_ids": [5], "output_ids": [6, 7]}])
+    >>> [r["id"] for r in it]
+    [1, 2]
+    """
+    items = _sources(source)
+    if isinstance(items, (list, tuple)):  # paths: resolve patterns and directories up front
+        items = [p for item in items for p in (
+            stream_paths(item) if isinstance(item, (str, os.PathLike)) else [item])]
+    return _iter_items(items)
+
+
+def _iter_items(items: Iterable[Any]) -> Iterator[dict]:
+    seen: dict[Any, tuple[int, str]] = {}
+    i = 0
+    for k, item in enumerate(items):
+        if isinstance(item, (str, os.PathLike)):
+            path = Path(item)
+            records: Iterable[dict] = _read_path(path)
+            where = str(path)
+        else:
+            records = [validate_record(item, f"record {k}")]
+            where = ""
+        for row in records:
+            first = seen.setdefault(row["id"], (i, where))
+            if first[0] != i:
+                files = (f" in {first[1]} and {where}" if first[1] != where else "")
+                raise StreamError(f"streams: duplicate id {row['id']!r} (requests {first[0]} "
+                                  f"and {i}{files}); every request needs its own id (shards "
+                                  "of one corpus must not share ids)")
+            i += 1
+            yield row
 
 
 def _read_path(path: Path) -> Iterator[dict]:
@@ -216,7 +350,8 @@ def read_streams(source: StreamSource) -> list[dict]:
     ----------
     source : path, list of paths, or iterable of dicts
         JSON Lines files (``.jsonl``; gzip is detected from the content, ``.gz`` or not) or
-        Parquet files (``.parquet``, needs ``pyarrow``), read in the order given; or records
+        Parquet files (``.parquet``, needs ``pyarrow``), read in the order given (a directory
+        stands for its stream files, a glob pattern for the files it matches); or records
         already in memory.  Each record has ``id`` (str or int, unique), ``prompt_ids``
         (list of int, may be empty) and ``output_ids`` (list of int, at least one token);
         other fields are kept as they are.
@@ -244,30 +379,7 @@ def read_streams(source: StreamSource) -> list[dict]:
     ...
     ngramspec.streams.StreamError: record 0: field 'output_ids' is empty; ...
     """
-    if isinstance(source, (str, os.PathLike)):
-        paths: list[Any] = [source]
-    elif isinstance(source, (bytes, Mapping)):
-        raise TypeError(f"streams must be a path, a list of paths or an iterable of records, "
-                        f"got {type(source).__name__}")
-    else:
-        try:
-            paths = list(source)
-        except TypeError:
-            raise TypeError(f"streams must be a path, a list of paths or an iterable of "
-                            f"records, got {type(source).__name__}") from None
-    rows: list[dict] = []
-    for i, item in enumerate(paths):
-        if isinstance(item, (str, os.PathLike)):
-            rows.extend(_read_path(Path(item)))
-        else:
-            rows.append(validate_record(item, f"record {i}"))
-    seen: dict[Any, int] = {}
-    for i, row in enumerate(rows):
-        j = seen.setdefault(row["id"], i)
-        if j != i:
-            raise StreamError(f"streams: duplicate id {row['id']!r} (requests {j} and {i}); "
-                              "every request needs its own id")
-    return rows
+    return list(iter_streams(source))
 
 
 def write_streams(records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> int:

@@ -8,6 +8,7 @@ import pytest
 MODULES = ["ngramspec", "ngramspec.config", "ngramspec.stdorder", "ngramspec.cache",
            "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter",
            "ngramspec.streams", "ngramspec.holdout", "ngramspec.simulate", "ngramspec.costmodel",
+           "ngramspec.executors",
            "ngramspec.testing", "ngramspec.testing.strategies", "ngramspec.testing._compare",
            "ngramspec.testing._machine", "ngramspec.testing._golden"]
 

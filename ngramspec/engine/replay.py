@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -51,18 +51,23 @@ from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Tr
                    TrieArrays, _g_push_back, _g_push_front, _g_unlink, _ht_put,
                    _push_child_front, child_of, squeeze)
 
-__all__ = ["replay", "ReplayOutput"]
+__all__ = ["replay", "replay_stream", "ReplayOutput"]
 
 
 # Return codes of the kernel.
 DONE, PAUSED, NEED_ROOM = 0, 1, 2
+# (replay_stream) the requests given ran out while more are to come (L_MORE): nothing of the
+# iteration has run yet.
+NEED_REQUESTS = 3
 # Slots of the int64 ``loop`` state: next request to admit, requests running, verify steps
 # done, finished requests whose finish inserts are pending, how the shared trie keeps its LRU
 # order (LRU_*) and its touch clock, output tokens still to emit, node bounds of the
 # admissions and finishes still to come.
 (L_NEXT, L_NRUN, L_STEPS, L_NFIN, L_GMODE, L_GCLOCK, L_LEFT, L_ADMLEFT,
  L_FINLEFT) = range(9)
-LOOP_SIZE = 9
+# (replay_stream) nonzero while requests beyond those given are still to come.
+L_MORE = 9
+LOOP_SIZE = 10
 # How a trie keeps its LRU order (see _insert): touch stamps, the list, not at all.
 LRU_STAMPS, LRU_LIST, LRU_NONE = 0, 1, 2
 # Slots of the int64 ``cfg`` array.
@@ -266,7 +271,8 @@ def _in_use(t):
 @jit
 def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run, per_req, out,
                   bucket_counts, max_steps, cal, costs, rate):
-    """Advance the replay; returns DONE, PAUSED (``max_steps`` reached) or NEED_ROOM.
+    """Advance the replay; returns DONE, PAUSED (``max_steps`` reached), NEED_ROOM or (with
+    ``loop[L_MORE]`` set, for :func:`replay_stream`) NEED_REQUESTS.
 
     ``trie``: the shared trie's plain bundle; ``local_tries``: a (typed) list of the slots' own
     tries' bundles; ``states``: a plain :data:`~.match.States`; ``remembered``: the remembered
@@ -370,6 +376,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                         short = True
                 k += 1
             r += 1
+        if k < conc and loop[L_MORE] != 0:
+            return NEED_REQUESTS  # admission would look past the requests given
         g_need += k * step_shared
         if local:
             for b in range(nrun):
@@ -814,3 +822,241 @@ def _grow(trie: TrieArrays, want: int) -> None:
     """Grow until ``want`` node slots are allocated (or the trie reached its capacity)."""
     while trie.alloc < min(trie.capacity, want):
         trie.grow()
+
+
+# --- streaming: requests admitted from an iterator ----------------------------------------
+
+
+def _bounds(plen: np.ndarray, olen: np.ndarray, config: NgramConfig):
+    """Node bounds of each request's inserts at admission (shared, local) and at finish: the
+    same as :func:`replay` computes for all requests at once."""
+    depth = config.trie_depth
+    exact = config.exact_counts or config.local_index
+    admitted = olen > 1
+    start = plen if not config.index_prompt else np.zeros_like(plen)
+    count_len = plen + 1 - np.maximum(0, start - depth + 1)
+    zeros = np.zeros(plen.size, np.int64)
+    adm_local = np.where(admitted, count_len * depth, 0) if config.local_index else zeros
+    if exact and not config.local_index:
+        adm_shared = np.where(admitted, count_len * depth, 0)
+    elif config.index_prompt and not exact:
+        adm_shared = np.where(admitted, plen * depth, 0)
+    else:
+        adm_shared = zeros
+    if config.local_index and config.exact_counts:
+        fin = np.where(admitted, (plen + olen - np.maximum(0, start - depth + 1)) * depth, 0)
+    else:
+        fin = zeros
+    return tuple(np.ascontiguousarray(a, np.int64) for a in (adm_shared, adm_local, fin))
+
+
+def replay_stream(requests: Iterable[tuple[np.ndarray, np.ndarray]], config: NgramConfig, *,
+                  concurrency: int,
+                  on_finish: Callable[[int, np.ndarray, np.ndarray], None],
+                  chunk: int = 4096, progress: ProgressFn | None = None,
+                  costs: Any = None) -> ReplayOutput:
+    """:func:`replay` over requests taken from an iterator as the loop admits them.
+
+    Only the requests admitted and not yet finished, and the next ``chunk`` or so, are held
+    (with the tries): the kernel stops at the top of an iteration whose admissions would look
+    past the requests given (NEED_REQUESTS), the finished ones are handed to ``on_finish``
+    and dropped, the others renumbered, and more are read.  The result is the same as
+    :func:`replay` on all requests at once, request for request and step for step.
+
+    Parameters
+    ----------
+    requests : iterable of (prompt, output) 1-D int32 arrays
+        In admission order.
+    config, concurrency
+        As :func:`replay` (the concurrency is clamped to the number of requests when the
+        iterator holds fewer than it, as there).
+    on_finish : callable(index, emitted, drafts)
+        Called once per request (``index``: its position in ``requests``), soon after it
+        finished, with its per-step emitted tokens and draft nodes (int32 arrays).
+    chunk : int
+        Requests read at a time (at least the concurrency).
+    progress : callable(done, total), optional
+        Output tokens replayed so far and read so far.
+    costs : CostTable or CostModel, optional
+        As :func:`replay` (``min_expected_accept="auto"``).
+
+    Returns
+    -------
+    ReplayOutput
+        Its ``emitted`` and ``drafts`` are empty (they went to ``on_finish``).
+    """
+    it = iter(requests)
+    chunk = max(int(chunk), int(concurrency), 1)
+    win_p: list[np.ndarray] = []
+    win_o: list[np.ndarray] = []
+    win_g: list[int] = []
+    n_read = 0
+    exhausted = False
+    tokens_read = 0
+
+    def read(k: int) -> None:
+        nonlocal n_read, exhausted, tokens_read
+        for _ in range(k):
+            item = next(it, None)
+            if item is None:
+                exhausted = True
+                return
+            p, o = item
+            win_p.append(np.ascontiguousarray(p, np.int32))
+            win_o.append(np.ascontiguousarray(o, np.int32))
+            win_g.append(n_read)
+            n_read += 1
+            tokens_read += win_o[-1].size
+
+    read(chunk)
+    conc = max(1, min(int(concurrency), max(n_read, 1))) if exhausted else int(concurrency)
+    depth = config.trie_depth
+    n = config.draft_token_num
+    exact = config.exact_counts or config.local_index
+    cfg, fcfg = _config_arrays(config, conc)
+    from ..acceptance import calibration_array, check_costs, cost_matrix
+
+    cal = calibration_array(config)
+    costs = check_costs(config, costs)
+    cost_rows = (np.zeros((0, n), np.float64) if costs is None
+                 else cost_matrix(costs, conc, n))
+    rate = np.zeros(2, np.float64)
+    trie = TrieArrays(config.capacity)
+    local = ([TrieArrays(config.capacity) for _ in range(conc)] if config.local_index
+             else [TrieArrays(2, initial=2)])
+    local_list = _trie_list(local)
+    states = new_states(conc, depth)
+    windows = bool(cfg[C_WINDOWS])
+
+    def remembered(width: int, on: bool):
+        shape = (conc, width, depth) if on else (1, 1, 1)
+        return (np.zeros(shape, np.int32), np.zeros(shape, np.int64), np.zeros(conc, np.int64),
+                np.zeros(conc, np.int64))
+
+    pcw = remembered(depth, windows)
+    pcc = remembered(depth - 1 + n, exact)
+    loop = np.zeros(LOOP_SIZE, np.int64)
+    # Until the last request is read, the shared trie must not be proven free of eviction.
+    unknown = config.capacity + 1
+    need = np.zeros(conc + 1, np.int64)
+    run = (loop, np.zeros(conc, np.int64), np.zeros(conc, np.int64),
+           np.arange(conc - 1, -1, -1, dtype=np.int64), np.zeros(conc, np.int64),
+           np.zeros(conc, np.int64), np.zeros(conc, np.int64), need)
+    run_req, fin_req = run[1], run[4]
+    # Carried per window request: output length so far, verify steps so far and their counts.
+    out_len = np.zeros(0, np.int64)
+    em_steps = np.zeros(0, np.int64)
+    em_count = np.zeros(0, np.int32)
+    em_drafts = np.zeros(0, np.int32)
+    em_off = np.zeros(1, np.int64)
+    n_old = 0  # window requests whose bounds are already in the loop's totals
+
+    def rebuild():
+        nonlocal out_len, em_steps, em_count, em_drafts, em_off, n_old, streams, per_req, out
+        p_flat, p_off = _pack(win_p)
+        o_flat, o_off = _pack(win_o)
+        plen, olen = np.diff(p_off), np.diff(o_off)
+        adm_shared, adm_local, fin = _bounds(plen, olen, config)
+        loop[L_LEFT] += int(np.maximum(olen[n_old:] - 1, 0).sum())
+        loop[L_ADMLEFT] += int(adm_shared[n_old:].sum())
+        loop[L_FINLEFT] += int(fin[n_old:].sum())
+        if exhausted and loop[L_MORE]:
+            loop[L_ADMLEFT] -= unknown
+        loop[L_MORE] = 0 if exhausted else 1
+        new_off = np.zeros(len(win_p) + 1, np.int64)
+        np.cumsum(np.maximum(olen - 1, 0), out=new_off[1:])
+        new_count = np.zeros(int(new_off[-1]), np.int32)
+        new_drafts = np.zeros(int(new_off[-1]), np.int32)
+        new_steps = np.zeros(len(win_p), np.int64)
+        new_len = np.zeros(len(win_p), np.int64)
+        for w in range(n_old):  # requests carried over keep what they did so far
+            k = em_steps[w]
+            new_count[new_off[w]:new_off[w] + k] = em_count[em_off[w]:em_off[w] + k]
+            new_drafts[new_off[w]:new_off[w] + k] = em_drafts[em_off[w]:em_off[w] + k]
+        new_steps[:n_old] = em_steps[:n_old]
+        new_len[:n_old] = out_len[:n_old]
+        out_len, em_steps, em_count, em_drafts, em_off = (new_len, new_steps, new_count,
+                                                          new_drafts, new_off)
+        n_old = len(win_p)
+        streams = (p_flat, p_off, o_flat, o_off)
+        per_req = (out_len, adm_shared, adm_local, fin)
+        out = (em_off, em_steps, em_count, em_drafts)
+
+    def compact():
+        """Hand the finished requests over, drop them and renumber the others."""
+        nonlocal n_old, out_len, em_steps, em_count, em_drafts, em_off, done_tokens
+        nxt, nrun, nfin = int(loop[L_NEXT]), int(loop[L_NRUN]), int(loop[L_NFIN])
+        busy = set(run_req[:nrun].tolist()) | set(fin_req[:nfin].tolist())
+        keep = []
+        for w in range(len(win_p)):
+            if w < nxt and w not in busy:
+                k = em_steps[w]
+                on_finish(win_g[w], em_count[em_off[w]:em_off[w] + k].copy(),
+                          em_drafts[em_off[w]:em_off[w] + k].copy())
+                done_tokens += win_o[w].size
+            else:
+                keep.append(w)
+        new_index = np.full(len(win_p) + 1, -1, np.int64)
+        new_index[keep] = np.arange(len(keep))
+        run_req[:nrun] = new_index[run_req[:nrun]]
+        fin_req[:nfin] = new_index[fin_req[:nfin]]
+        loop[L_NEXT] = sum(1 for w in keep if w < nxt)
+        win_p[:] = [win_p[w] for w in keep]
+        win_o[:] = [win_o[w] for w in keep]
+        win_g[:] = [win_g[w] for w in keep]
+        idx = np.asarray(keep, np.int64)
+        k_steps = em_steps[idx]
+        k_off = np.zeros(len(keep) + 1, np.int64)
+        np.cumsum(k_steps, out=k_off[1:])
+        k_count = np.zeros(int(k_off[-1]), np.int32)
+        k_drafts = np.zeros(int(k_off[-1]), np.int32)
+        for j, w in enumerate(keep):
+            k_count[k_off[j]:k_off[j + 1]] = em_count[em_off[w]:em_off[w] + k_steps[j]]
+            k_drafts[k_off[j]:k_off[j + 1]] = em_drafts[em_off[w]:em_off[w] + k_steps[j]]
+        out_len, em_steps, em_count, em_drafts, em_off = (out_len[idx], k_steps, k_count,
+                                                          k_drafts, k_off)
+        n_old = len(keep)
+
+    streams = per_req = out = None
+    done_tokens = 0
+    if not exhausted:
+        loop[L_ADMLEFT] += unknown
+    rebuild()
+    max_steps = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
+    first = True
+    cpu = wall = 0.0
+    while True:
+        c0 = time.thread_time()
+        w0 = time.perf_counter()
+        code = replay_kernel(streams, cfg, fcfg, trie.bundle, local_list, states, (pcw, pcc),
+                             run, per_req, out, BUCKET_COUNTS, 0 if first else max_steps, cal,
+                             cost_rows, rate)
+        if first:
+            first = False
+        else:
+            cpu += time.thread_time() - c0
+            wall += time.perf_counter() - w0
+        if code == DONE:
+            break
+        if code == NEED_ROOM:
+            w0 = time.perf_counter()
+            _grow(trie, int(need[0]))
+            for s in np.flatnonzero(need[1:]):
+                _grow(local[s], int(need[1 + s]))
+                local_list[int(s)] = local[s].bundle
+            wall += time.perf_counter() - w0
+        elif code == NEED_REQUESTS:
+            compact()
+            read(chunk)
+            rebuild()
+            if progress is not None:
+                progress(done_tokens + int(out_len.sum()), tokens_read)
+        elif code == PAUSED:
+            if progress is not None:
+                progress(done_tokens + int(out_len.sum()), tokens_read)
+        else:
+            raise AssertionError(f"replay kernel failed with code {code}")
+    compact()
+    if progress is not None:
+        progress(tokens_read, tokens_read)
+    return ReplayOutput([], [], int(loop[L_STEPS]), cpu, wall, conc)
