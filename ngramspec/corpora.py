@@ -314,6 +314,8 @@ class Corpora:
         self.record_parts = False
         self._kernel_list = None  # numba backend: the automata as the match kernel takes them
         self._split = (0, config.budget)  # split() of the automata in _kernel_list
+        self._cp: tuple = ()  # the fused kernel's corpus parameters and scratch (numba)
+        self._cs: tuple = ()
 
     # Management ------------------------------------------------------------------------
 
@@ -416,17 +418,12 @@ class Corpora:
         order; the same shapes as a trie-only match."""
         cfg = self.config
         per, trie_budget = self.split()
-        tokens, mask, num = backend.match(contexts, keys, total_lens, budget=trie_budget)
         if self.backend == "numba" and not self.record_parts:
-            from .engine.sam import automata_list, match_corpora  # loaded: a dict lookup
             if self._kernel_list is None:
-                self._split = (per, trie_budget)
-                self._kernel_list = automata_list([self.automata[c] for c in self.order])
-            return match_corpora(self._kernel_list, contexts, per, tokens, mask,
-                                 cfg.draft_token_num, max_depth=cfg.trie_depth,
-                                 min_breadth=cfg.min_bfs_breadth,
-                                 max_breadth=cfg.max_bfs_breadth,
-                                 prob=cfg.match_type == "PROB")
+                self._prepare_kernel(per, trie_budget)
+            return backend.match_corpora(contexts, keys, total_lens, trie_budget,
+                                         self._kernel_list, self._cp, self._cs)
+        tokens, mask, num = backend.match(contexts, keys, total_lens, budget=trie_budget)
         last = np.fromiter((int(c[-1]) for c in contexts), np.int32, len(contexts))
         if self.backend == "numba":
             from .engine import sam as impl
@@ -439,6 +436,21 @@ class Corpora:
             tokens, mask, num = impl.merge_batch(last, cfg.draft_token_num, (tokens, mask), own)
         self.last_parts = parts
         return tokens, mask, num
+
+    def _prepare_kernel(self, per: int, trie_budget: int) -> None:
+        """The fused kernel's inputs for the loaded corpora (rebuilt after every change)."""
+        from .engine.sam import automata_list, corpus_scratch
+
+        cfg = self.config
+        automata = [self.automata[c] for c in self.order]
+        prob = cfg.match_type == "PROB"
+        self._split = (per, trie_budget)
+        self._cp = (int(per), int(cfg.draft_token_num), int(cfg.trie_depth),
+                    int(cfg.min_bfs_breadth), int(cfg.max_bfs_breadth), prob)
+        self._cs = corpus_scratch(per, cfg.draft_token_num, trie_budget, cfg.trie_depth,
+                                  cfg.max_bfs_breadth, prob,
+                                  max((a.max_kids for a in automata), default=1))
+        self._kernel_list = automata_list(automata)
 
 
 def tree_paths(tokens: np.ndarray, mask: np.ndarray) -> set[tuple[int, ...]]:

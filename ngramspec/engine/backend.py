@@ -14,6 +14,7 @@ from .match import States, match_anchors, new_states, window_anchors
 from .tree import (BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, scratch_in,
                    scratch_sizes)
 from .adaptive import adaptive_scratch, draft_adaptive
+from .sam import corpus_row
 from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel
 
 __all__ = ["EngineBackend"]
@@ -60,6 +61,35 @@ def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, 
                               sc.a_depths)
         out_num[b] = _draft(ctx, count, mmd, mmd, params, t, sc, bucket_counts, out_tokens[b],
                             out_mask[b])
+
+
+@jit
+def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params, trie, states,
+                        bucket_counts, buf, automata, cp, cs, out_tokens, out_mask, out_num):
+    """:func:`match_batch` with external corpora (spec §3.6.7), one call per batch: per
+    request the trie's tree with the reduced budget ``params[3]``, drafted into ``cs``'s trie
+    row, then every corpus's tree merged in
+    (:func:`~ngramspec.engine.sam.corpus_row`; ``automata``, ``cp``, ``cs`` as it takes them)."""
+    t = Trie(*trie)
+    st = States(*states)
+    max_depth, _, max_b, budget, _ = params
+    sc = scratch_in(buf, budget, max_depth, max_b)
+    mmd = max(1, max_depth - 1)
+    p_tokens, p_mask = cs[0], cs[1]
+    for b in range(offsets.size - 1):
+        ctx = flat[offsets[b]:offsets[b + 1]]
+        row = state_rows[b]
+        total = total_lens[b]
+        if stateless:
+            st.epoch[row] = 0
+            st.ptl[row] = 0
+            st.n[row] = 0
+            total = ctx.size
+        count = match_anchors(ctx, total, row, max_depth, t, st, sc.m_scratch, sc.a_nodes,
+                              sc.a_depths)
+        _draft(ctx, count, mmd, mmd, params, t, sc, bucket_counts, p_tokens, p_mask)
+        out_num[b] = corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens[b],
+                                out_mask[b])
 
 
 @jit
@@ -130,6 +160,7 @@ class EngineBackend:
         self._buf = tuple(np.empty(k, dt) for k, dt in zip(sizes, (np.int32, np.int64,
                                                                      np.float64)))
         self._match_entry = None
+        self._corpus_entry = None  # match_batch_corpora's entry point
 
     # Match states ------------------------------------------------------------------------
 
@@ -227,6 +258,34 @@ class EngineBackend:
         kernel = self._match_entry
         if kernel is None:
             kernel = self._match_entry = entry_point(match_batch, *args)
+        kernel(*args)
+        return tokens, mask, num
+
+    def match_corpora(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
+                      total_lens: np.ndarray | None, budget: int, automata, cp: tuple,
+                      cs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`match` with external corpora in the same kernel call
+        (:func:`match_batch_corpora`): the trie part with ``budget`` nodes, then the corpora
+        (``automata``, ``cp``, ``cs``: see :func:`~ngramspec.engine.sam.corpus_row`) merged
+        in.  Profile ``sglang-0.5.23`` only."""
+        n = cp[1]
+        b = len(contexts)
+        flat, offsets = _pack(contexts)
+        tokens = np.empty((b, n), np.int32)
+        mask = np.empty((b, n, n), np.bool_)
+        num = np.empty(b, np.int32)
+        if keys is None:
+            rows = np.zeros(b, np.int64)
+            lens = rows
+        else:
+            rows = self._rows_of(keys)
+            lens = _plain(np.asarray(total_lens, np.int64))
+        params = self._params[:3] + (int(budget),) + self._params[4:]
+        args = (flat, offsets, rows, lens, keys is None, params, self.trie.bundle, self.states,
+                BUCKET_COUNTS, self._buf, automata, cp, cs, tokens, mask, num)
+        kernel = self._corpus_entry
+        if kernel is None:
+            kernel = self._corpus_entry = entry_point(match_batch_corpora, *args)
         kernel(*args)
         return tokens, mask, num
 

@@ -29,7 +29,8 @@ from .._jit import jit
 from .tree import BUCKET_COUNTS, fill_layout
 from .tree import _map_get as map_get, _map_insert as map_insert
 
-__all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "SEPARATOR"]
+__all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "corpus_row",
+           "corpus_scratch", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
 _SMALL = 16  # child ranges up to this size are sorted in place
@@ -556,89 +557,174 @@ def _merge_kernel(last_tokens, n, p_tokens, p_mask, s_tokens, s_mask, out_tokens
 
 
 @jit
-def _match_kernel(flat, offsets, automata, per, n, max_depth, min_b, max_b, prob, p_tokens,
-                  p_mask):
-    """Every corpus's tree (``per`` nodes each), merged in list order into the trie's
-    (``p_tokens``/``p_mask``) for each request: SGLang's ``batchMatch`` after the trie part.
-    Returns tokens ``(B, n)``, masks and node counts."""
-    out_tokens = np.empty((offsets.size - 1, n), np.int32)
-    out_mask = np.empty((offsets.size - 1, n, n), np.bool_)
-    out_num = np.empty(offsets.size - 1, np.int32)
+def _layout(n, tree, q_idx, out_tok, out_par):
+    """The slot order of :func:`_fill` (SGLang's ``fillResult``) without the mask: each slot's
+    token and parent slot, padding (token 0 under the root) up to ``n`` slots.  Trees merged
+    again need no more: a slot's parent is the largest ancestor the mask would show."""
+    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
+    out_par[0] = -1
+    count = 1
+    head = 0
+    tail = 0
+    cur = t_head[0]
+    while cur != -1:
+        q_idx[tail] = cur
+        out_par[tail + 1] = 0
+        tail += 1
+        cur = t_next[cur]
+    while head < tail:
+        idx = q_idx[head]
+        head += 1
+        out_tok[count] = t_tok[idx]
+        ch = t_head[idx]
+        while ch != -1:
+            q_idx[tail] = ch
+            out_par[tail + 1] = count
+            tail += 1
+            ch = t_next[ch]
+        count += 1
+    for i in range(count, n):
+        out_tok[i] = 0
+        out_par[i] = 0
+
+
+@jit
+def _insert_paths(tok, par, m, tree, order, is_parent, path, cursor, n):
+    """:func:`_insert_leaf_paths` for a tree laid out as tokens and parent slots."""
+    if m <= 1:
+        return cursor
+    for i in range(m):
+        is_parent[i] = False
+    for i in range(1, m):
+        is_parent[par[i]] = True
+    for i in range(1, m):
+        if is_parent[i] or cursor >= n:
+            continue
+        k = 0
+        j = i
+        while j > 0:
+            path[k] = tok[j]
+            k += 1
+            j = par[j]
+        if k == 1 and path[0] == 0:
+            continue  # padding, or a real depth-1 token-0 leaf: dropped as SGLang does
+        at = 0
+        for r in range(k - 1, -1, -1):
+            t = path[r]
+            pos = _map_get(at, t, tree)
+            if pos != -1:
+                at = pos
+                continue
+            if cursor >= n:
+                break
+            _map_insert(at, cursor, t, tree, order)
+            at = cursor
+            cursor += 1
+    return cursor
+
+
+def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_breadth: int,
+                   prob: bool, max_kids: int) -> tuple:
+    """Work arrays of :func:`corpus_row` (``per`` nodes per corpus tree, ``n`` merged slots,
+    the trie's ``trie_budget + 1`` slots first), allocated once per corpus set and reused."""
     m = per + 1
-    # Scratch: one corpus tree (m slots) and the merged tree (n slots).
-    c_tree = _new_tree(m)
-    c_order = np.empty(m + 1, np.int32)
-    c_parent = np.empty(m, np.int32)
-    c_tokens = np.empty(m, np.int32)
-    c_mask = np.empty((m, m), np.bool_)
-    tree = _new_tree(n)
-    order = np.empty(n + 1, np.int32)
-    slot_parent = np.empty(n, np.int32)
-    big = max(n, p_tokens.shape[1])
-    parent = np.empty(big, np.int32)
-    is_parent = np.empty(big, np.bool_)
-    path = np.empty(big, np.int32)
-    a_state = np.empty(max_depth + 1, np.int32)
-    a_len = np.empty(max_depth + 1, np.int32)
-    q_par = np.empty(m + 1, np.int32)
-    q_breadth = np.empty(m + 1, np.float64)
-    q_state = np.empty(m + 1, np.int32)
-    kids = 1
+    big = max(n, trie_budget + 1)
+    top_k = min(max_breadth, max(1, max_kids))
+    heap = top_k * (max_depth + 1) * (2 * m + 2) + 1 if prob else 1
+    i32 = np.int32
+    return (np.empty(trie_budget + 1, i32), np.empty((trie_budget + 1, trie_budget + 1), np.bool_),
+            (np.empty(m, i32), np.empty(m, i32), np.empty(m, i32), np.empty(m, i32),
+             np.empty(m, np.int64)),
+            np.empty(m + 1, i32), np.empty(m, i32), np.empty(m, i32),
+            (np.empty(n, i32), np.empty(n, i32), np.empty(n, i32), np.empty(n, i32),
+             np.empty(n, np.int64)),
+            np.empty(n + 1, i32), np.empty(big, i32), np.empty(big, i32),
+            np.empty(big, np.bool_), np.empty(big, i32),
+            np.empty(max_depth + 1, i32), np.empty(max_depth + 1, i32),
+            np.empty(m + 1, i32), np.empty(m + 1, np.float64), np.empty(m + 1, i32),
+            np.empty(heap, np.float64), np.empty(heap, i32), np.empty(heap, i32),
+            np.empty(heap, i32))
+
+
+@jit
+def corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask):
+    """One request's corpus part of SGLang's ``batchMatch`` (§3.6.7): each corpus of
+    ``automata`` (merge order) drafts ``per`` nodes, merged in turn into the trie's laid-out
+    tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result fills
+    ``out_tokens``/``out_mask`` (``n`` slots).  ``cp``: ``(per, n, max_depth, min_b, max_b,
+    prob)``; ``cs``: :func:`corpus_scratch`.  Returns the drafted node count.  Between merges
+    the trees stay as tokens and parent slots; only the last one writes a mask."""
+    per, n, max_depth, min_b, max_b, prob = cp
+    (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, path, a_state,
+     a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
+    last = ctx[ctx.size - 1]
+    m = per + 1
+    rm = p_tokens.size
+    r_par[0] = -1
+    for i in range(1, rm):
+        j = i - 1
+        while not p_mask[i, j]:
+            j -= 1
+        r_par[i] = j
+        r_tok[i] = p_tokens[i]
+    cursor = 1
+    k_last = len(automata) - 1
     for k in range(len(automata)):
-        kids = max(kids, automata[k][8])
-    top_k = min(max_b, kids)
-    heap_cap = top_k * (max_depth + 1) * (2 * m + 2) + 1 if prob else 1
-    h_p = np.empty(heap_cap, np.float64)
-    h_par = np.empty(heap_cap, np.int32)
-    h_tok = np.empty(heap_cap, np.int32)
-    h_state = np.empty(heap_cap, np.int32)
+        off, l_tok, l_dst, c_tok_a, c_dst, length, link, occ, _ = automata[k]
+        count = _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len)
+        if prob:
+            _prob(a_state, count, per, max_b, off, c_tok_a, c_dst, l_tok, occ, c_tree, c_order,
+                  h_p, h_par, h_tok, h_state)
+        else:
+            _bfs(a_state, a_len, count, per, max_depth, min_b, max_b, off, c_tok_a, c_dst,
+                 l_tok, c_tree, c_order, q_par, q_breadth, q_state)
+        _layout(m, c_tree, c_order, c_tok, c_par)
+        _tree_reset(tree)
+        cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, path, 1, n)
+        cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, path, cursor, n)
+        if k == k_last:
+            _fill(last, n, tree, order, r_par, out_tokens, out_mask)
+        else:
+            _layout(n, tree, order, r_tok, r_par)
+            rm = n
+    return cursor - 1
+
+
+@jit
+def _match_kernel(flat, offsets, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask,
+                  out_num):
+    """:func:`corpus_row` for each request of a batch whose trie part is already drafted
+    (``p_tokens``/``p_mask``)."""
     for b in range(offsets.size - 1):
-        ctx = flat[offsets[b]:offsets[b + 1]]
-        last = ctx[ctx.size - 1]
-        first = True
-        cursor = 1
-        for k in range(len(automata)):
-            off, l_tok, l_dst, c_tok, c_dst, length, link, occ, _ = automata[k]
-            count = _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len)
-            if prob:
-                _prob(a_state, count, per, max_b, off, c_tok, c_dst, l_tok, occ, c_tree, c_order,
-                      h_p, h_par, h_tok, h_state)
-            else:
-                _bfs(a_state, a_len, count, per, max_depth, min_b, max_b, off, c_tok, c_dst,
-                     l_tok, c_tree, c_order, q_par, q_breadth, q_state)
-            _fill(last, m, c_tree, c_order, c_parent, c_tokens, c_mask)
-            # The merge reads both trees before it writes the row, so the row can be primary.
-            _tree_reset(tree)
-            if first:
-                cursor = _insert_leaf_paths(p_tokens[b], p_mask[b], tree, order, parent,
-                                            is_parent, path, 1, n)
-            else:
-                cursor = _insert_leaf_paths(out_tokens[b], out_mask[b], tree, order, parent,
-                                            is_parent, path, 1, n)
-            cursor = _insert_leaf_paths(c_tokens, c_mask, tree, order, parent, is_parent, path,
-                                        cursor, n)
-            _fill(last, n, tree, order, slot_parent, out_tokens[b], out_mask[b])
-            first = False
-        out_num[b] = cursor - 1
-    return out_tokens, out_mask, out_num
+        out_num[b] = corpus_row(flat[offsets[b]:offsets[b + 1]], automata, cp, cs, p_tokens[b],
+                                p_mask[b], out_tokens[b], out_mask[b])
 
 
 def match_corpora(automata, contexts: Sequence[np.ndarray], per: int, trie_tokens: np.ndarray,
                   trie_mask: np.ndarray, n: int, *, max_depth: int, min_breadth: int,
                   max_breadth: int, prob: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One kernel call for a batch: every automaton of ``automata`` (a list from
-    :func:`automata_list`, in merge order) drafts ``per`` nodes and is merged in turn into the
-    trie's result (C-contiguous ``trie_tokens``/``trie_mask``).  Tokens ``(B, n)``, masks and
-    node counts."""
-    if len(contexts) == 1:  # the common serving case, without list arithmetic
+    """The corpus part of a batch whose trie part is drafted (C-contiguous
+    ``trie_tokens``/``trie_mask``): every automaton of ``automata`` (a list from
+    :func:`automata_list`, in merge order) drafts ``per`` nodes and is merged in turn.  Tokens
+    ``(B, n)``, masks and node counts.  (Serving goes through the backend's fused call,
+    ``EngineBackend.match_corpora``, which drafts the trie part in the same kernel.)"""
+    count = len(contexts)
+    if count == 1:
         flat = np.ascontiguousarray(contexts[0])
         offsets = np.array([0, flat.size], np.int64)
     else:
         flat = np.concatenate(contexts)
         offsets = np.fromiter(accumulate((c.size for c in contexts), initial=0), np.int64,
-                              len(contexts) + 1)
-    return _match_kernel(flat, offsets, automata, per, n, max_depth, min_breadth, max_breadth,
-                         bool(prob), trie_tokens, trie_mask)
+                              count + 1)
+    kids = max([int(a[8]) for a in automata], default=1)
+    cp = (int(per), int(n), int(max_depth), int(min_breadth), int(max_breadth), bool(prob))
+    cs = corpus_scratch(per, n, trie_tokens.shape[1] - 1, max_depth, max_breadth, prob, kids)
+    out_tokens = np.empty((count, n), np.int32)
+    out_mask = np.empty((count, n, n), np.bool_)
+    out_num = np.empty(count, np.int32)
+    _match_kernel(flat.astype(np.int32, copy=False), offsets, automata, cp, cs, trie_tokens,
+                  trie_mask, out_tokens, out_mask, out_num)
+    return out_tokens, out_mask, out_num
 
 
 def automata_list(automata: Sequence["FlatAutomaton"]):
