@@ -316,6 +316,7 @@ class Corpora:
         self._split = (0, config.budget)  # split() of the automata in _kernel_list
         self._cp: tuple = ()  # the fused kernel's corpus parameters and scratch (numba)
         self._cs: tuple = ()
+        self._walks: list = []
 
     # Management ------------------------------------------------------------------------
 
@@ -422,7 +423,7 @@ class Corpora:
             if self._kernel_list is None:
                 self._prepare_kernel(per, trie_budget)
             return backend.match_corpora(contexts, keys, total_lens, trie_budget,
-                                         self._kernel_list, self._cp, self._cs)
+                                         self._kernel_list, self._cp, self._cs, self._walks)
         tokens, mask, num = backend.match(contexts, keys, total_lens, budget=trie_budget)
         last = np.fromiter((int(c[-1]) for c in contexts), np.int32, len(contexts))
         if self.backend == "numba":
@@ -439,7 +440,7 @@ class Corpora:
 
     def _prepare_kernel(self, per: int, trie_budget: int) -> None:
         """The fused kernel's inputs for the loaded corpora (rebuilt after every change)."""
-        from .engine.sam import automata_list, corpus_scratch
+        from .engine.sam import automata_list, corpus_scratch, corpus_walks
 
         cfg = self.config
         automata = [self.automata[c] for c in self.order]
@@ -451,6 +452,8 @@ class Corpora:
                                   cfg.max_bfs_breadth, prob,
                                   max((a.max_kids for a in automata), default=1))
         self._kernel_list = automata_list(automata)
+        # The walks of the last matches, per match-state row: valid for these automata only.
+        self._walks = [corpus_walks(1, cfg.trie_depth, len(automata))]
 
 
 def tree_paths(tokens: np.ndarray, mask: np.ndarray) -> set[tuple[int, ...]]:

@@ -65,11 +65,13 @@ def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, 
 
 @jit
 def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params, trie, states,
-                        bucket_counts, buf, automata, cp, cs, out_tokens, out_mask, out_num):
+                        bucket_counts, buf, automata, cp, cs, walks, out_tokens, out_mask,
+                        out_num):
     """:func:`match_batch` with external corpora (spec §3.6.7), one call per batch: per
     request the trie's tree with the reduced budget ``params[3]``, drafted into ``cs``'s trie
     row, then every corpus's tree merged in
-    (:func:`~ngramspec.engine.sam.corpus_row`; ``automata``, ``cp``, ``cs`` as it takes them)."""
+    (:func:`~ngramspec.engine.sam.corpus_row`; ``automata``, ``cp``, ``cs``, ``walks`` as it
+    takes them; stateless matching uses no walk row)."""
     t = Trie(*trie)
     st = States(*states)
     max_depth, _, max_b, budget, _ = params
@@ -89,7 +91,7 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
                               sc.a_depths)
         _draft(ctx, count, mmd, mmd, params, t, sc, bucket_counts, p_tokens, p_mask)
         out_num[b] = corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens[b],
-                                out_mask[b])
+                                out_mask[b], walks, -1 if stateless else row, total)
 
 
 @jit
@@ -263,11 +265,13 @@ class EngineBackend:
 
     def match_corpora(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
                       total_lens: np.ndarray | None, budget: int, automata, cp: tuple,
-                      cs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      cs: tuple, walks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`match` with external corpora in the same kernel call
         (:func:`match_batch_corpora`): the trie part with ``budget`` nodes, then the corpora
         (``automata``, ``cp``, ``cs``: see :func:`~ngramspec.engine.sam.corpus_row`) merged
-        in.  Profile ``sglang-0.5.23`` only."""
+        in.  ``walks``: a one-item list holding the corpus walk rows
+        (:func:`~ngramspec.engine.sam.corpus_walks`), grown here with the match states.
+        Profile ``sglang-0.5.23`` only."""
         n = cp[1]
         b = len(contexts)
         flat, offsets = _pack(contexts)
@@ -281,8 +285,16 @@ class EngineBackend:
             rows = self._rows_of(keys)
             lens = _plain(np.asarray(total_lens, np.int64))
         params = self._params[:3] + (int(budget),) + self._params[4:]
+        w = walks[0]
+        if w[1].size < self.states[0].size:
+            from .sam import corpus_walks
+
+            grown = corpus_walks(self.states[0].size, w[0].shape[1], w[3].shape[1])
+            for new, old in zip(grown, w):
+                new[:old.shape[0]] = old
+            w = walks[0] = grown
         args = (flat, offsets, rows, lens, keys is None, params, self.trie.bundle, self.states,
-                BUCKET_COUNTS, self._buf, automata, cp, cs, tokens, mask, num)
+                BUCKET_COUNTS, self._buf, automata, cp, cs, w, tokens, mask, num)
         kernel = self._corpus_entry
         if kernel is None:
             kernel = self._corpus_entry = entry_point(match_batch_corpora, *args)

@@ -30,7 +30,7 @@ from .tree import BUCKET_COUNTS, fill_layout
 from .tree import _map_get as map_get, _map_insert as map_insert
 
 __all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "corpus_row",
-           "corpus_scratch", "SEPARATOR"]
+           "corpus_scratch", "corpus_walks", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
 _SMALL = 16  # child ranges up to this size are sorted in place
@@ -273,12 +273,10 @@ def _n_kids(s, off, l_tok):
 
 
 @jit
-def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
-    """§3.6.4: the longest suffix of the last ``max_depth`` tokens found in the corpus, then
-    its suffix links; states with children only.  Returns the anchor count."""
-    s = 0
-    m = 0
-    start = max(0, ctx.size - max_depth)
+def _extend(ctx, start, s, m, off, l_tok, l_dst, length, link):
+    """The matching walk of §3.6.4 from ``(s, m)`` over ``ctx[start:]``: afterwards the
+    longest suffix found in the corpus has length ``m`` and lies in state ``s``
+    (``length[link[s]] < m <= length[s]``, or ``s = m = 0``)."""
     for i in range(start, ctx.size):
         t = ctx[i]
         nxt = _lookup(s, t, off, l_tok, l_dst)
@@ -292,6 +290,13 @@ def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
         else:
             s = 0
             m = 0
+    return s, m
+
+
+@jit
+def _chain(s, m, off, l_tok, length, link, a_state, a_len):
+    """The anchors of a walk's end ``(s, m)``: that state, then its suffix links; states with
+    children only.  Returns the anchor count."""
     count = 0
     while s > 0 and m > 0:
         if _n_kids(s, off, l_tok) > 0:
@@ -303,6 +308,14 @@ def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
             break
         m = min(m, length[s])
     return count
+
+
+@jit
+def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
+    """§3.6.4: the longest suffix of the last ``max_depth`` tokens found in the corpus, then
+    its suffix links; states with children only.  Returns the anchor count."""
+    s, m = _extend(ctx, max(0, ctx.size - max_depth), 0, 0, off, l_tok, l_dst, length, link)
+    return _chain(s, m, off, l_tok, length, link, a_state, a_len)
 
 
 @jit
@@ -589,35 +602,45 @@ def _layout(n, tree, q_idx, out_tok, out_par):
 
 
 @jit
-def _insert_paths(tok, par, m, tree, order, is_parent, path, cursor, n):
-    """:func:`_insert_leaf_paths` for a tree laid out as tokens and parent slots."""
+def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup):
+    """Insert the leaf paths of a tree laid out as tokens and parent slots (``m`` slots,
+    parents before children) in slot order, as :func:`_insert_leaf_paths` does, walking each
+    slot once: ``new_idx`` maps a slot to its node once inserted or found, so a leaf only adds
+    its ancestors that are not there yet.  ``lookup=False``: the tree is empty (siblings have
+    distinct tokens, so nothing is found).  Returns the new cursor."""
     if m <= 1:
         return cursor
     for i in range(m):
         is_parent[i] = False
+        new_idx[i] = -1
+    new_idx[0] = 0
     for i in range(1, m):
         is_parent[par[i]] = True
     for i in range(1, m):
         if is_parent[i] or cursor >= n:
             continue
+        if par[i] == 0 and tok[i] == 0:
+            continue  # padding, or a real depth-1 token-0 leaf: dropped as SGLang does
         k = 0
         j = i
-        while j > 0:
-            path[k] = tok[j]
+        while new_idx[j] == -1:
+            chain[k] = j
             k += 1
             j = par[j]
-        if k == 1 and path[0] == 0:
-            continue  # padding, or a real depth-1 token-0 leaf: dropped as SGLang does
-        at = 0
+        at = new_idx[j]
         for r in range(k - 1, -1, -1):
-            t = path[r]
-            pos = _map_get(at, t, tree)
-            if pos != -1:
-                at = pos
-                continue
+            slot = chain[r]
+            t = tok[slot]
+            if lookup:
+                pos = _map_get(at, t, tree)
+                if pos != -1:
+                    new_idx[slot] = pos
+                    at = pos
+                    continue
             if cursor >= n:
-                break
+                break  # a path cut here stays cut: its slots keep new_idx -1
             _map_insert(at, cursor, t, tree, order)
+            new_idx[slot] = cursor
             at = cursor
             cursor += 1
     return cursor
@@ -639,24 +662,61 @@ def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_bread
             (np.empty(n, i32), np.empty(n, i32), np.empty(n, i32), np.empty(n, i32),
              np.empty(n, np.int64)),
             np.empty(n + 1, i32), np.empty(big, i32), np.empty(big, i32),
-            np.empty(big, np.bool_), np.empty(big, i32),
+            np.empty(big, np.bool_), np.empty(big, i32), np.empty(big, i32),
             np.empty(max_depth + 1, i32), np.empty(max_depth + 1, i32),
             np.empty(m + 1, i32), np.empty(m + 1, np.float64), np.empty(m + 1, i32),
             np.empty(heap, np.float64), np.empty(heap, i32), np.empty(heap, i32),
             np.empty(heap, i32))
 
 
+def corpus_walks(rows: int, max_depth: int, corpora: int) -> tuple:
+    """Per match-state row, the last corpus walk: its window (the context's last
+    ``max_depth`` tokens), the window's length, the total length it was sent with (-1: none),
+    and per corpus the walk's end ``(s, m)`` (:func:`corpus_row`)."""
+    return (np.zeros((rows, max_depth), np.int32), np.zeros(rows, np.int64),
+            np.full(rows, -1, np.int64), np.zeros((rows, corpora), np.int32),
+            np.zeros((rows, corpora), np.int32))
+
+
 @jit
-def corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask):
+def _walk_start(ctx, max_depth, walks, row, total):
+    """How many of the window's tokens a walk may skip: ``keep`` when the window
+    ``ctx[-max_depth:]`` is the last ``keep`` tokens of the row's last window followed by the
+    ``total - last total`` tokens appended since, else -1.  The check is on content, so a
+    stale or foreign row is only reused when its walk is the walk of these very tokens."""
+    w_tok, w_len, w_tot = walks[0], walks[1], walks[2]
+    if w_tot[row] < 0:
+        return -1
+    size = min(ctx.size, max_depth)
+    keep = size - (total - w_tot[row])
+    if keep < 0 or keep > size or keep > w_len[row]:
+        return -1
+    base = ctx.size - size
+    old = w_len[row] - keep
+    for i in range(keep):
+        if ctx[base + i] != w_tok[row, old + i]:
+            return -1
+    return keep
+
+
+@jit
+def corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask, walks, row,
+               total):
     """One request's corpus part of SGLang's ``batchMatch`` (§3.6.7): each corpus of
     ``automata`` (merge order) drafts ``per`` nodes, merged in turn into the trie's laid-out
     tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result fills
     ``out_tokens``/``out_mask`` (``n`` slots).  ``cp``: ``(per, n, max_depth, min_b, max_b,
     prob)``; ``cs``: :func:`corpus_scratch`.  Returns the drafted node count.  Between merges
-    the trees stay as tokens and parent slots; only the last one writes a mask."""
+    the trees stay as tokens and parent slots; only the last one writes a mask.
+
+    ``walks`` (:func:`corpus_walks`; ``row`` < 0: none): SGLang walks the last
+    ``max_depth`` tokens through every automaton on each match; a walk's end depends only on
+    those tokens, so when the row's last window plus the appended tokens contains this one
+    (checked token by token), the last walk is continued over the appended tokens and cut to
+    the window, which gives the same end."""
     per, n, max_depth, min_b, max_b, prob = cp
-    (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, path, a_state,
-     a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
+    (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
+     a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
     last = ctx[ctx.size - 1]
     m = per + 1
     rm = p_tokens.size
@@ -667,11 +727,25 @@ def corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask):
             j -= 1
         r_par[i] = j
         r_tok[i] = p_tokens[i]
+    size = min(ctx.size, max_depth)
+    keep = -1 if row < 0 else _walk_start(ctx, max_depth, walks, row, total)
     cursor = 1
     k_last = len(automata) - 1
     for k in range(len(automata)):
         off, l_tok, l_dst, c_tok_a, c_dst, length, link, occ, _ = automata[k]
-        count = _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len)
+        if keep < 0:
+            w_s, w_m = _extend(ctx, ctx.size - size, 0, 0, off, l_tok, l_dst, length, link)
+        else:
+            w_s, w_m = _extend(ctx, ctx.size - size + keep, walks[3][row, k], walks[4][row, k],
+                               off, l_tok, l_dst, length, link)
+            if w_m > size:  # cut to the window: the state of its suffix of that length
+                w_m = size
+                while w_s > 0 and length[link[w_s]] >= w_m:
+                    w_s = link[w_s]
+        if row >= 0:
+            walks[3][row, k] = w_s
+            walks[4][row, k] = w_m
+        count = _chain(w_s, w_m, off, l_tok, length, link, a_state, a_len)
         if prob:
             _prob(a_state, count, per, max_b, off, c_tok_a, c_dst, l_tok, occ, c_tree, c_order,
                   h_p, h_par, h_tok, h_state)
@@ -680,24 +754,32 @@ def corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask):
                  l_tok, c_tree, c_order, q_par, q_breadth, q_state)
         _layout(m, c_tree, c_order, c_tok, c_par)
         _tree_reset(tree)
-        cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, path, 1, n)
-        cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, path, cursor, n)
+        cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, new_idx, chain, 1, n,
+                               False)
+        cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, new_idx, chain, cursor,
+                               n, True)
         if k == k_last:
             _fill(last, n, tree, order, r_par, out_tokens, out_mask)
         else:
             _layout(n, tree, order, r_tok, r_par)
             rm = n
+    if row >= 0:
+        base = ctx.size - size
+        for i in range(size):
+            walks[0][row, i] = ctx[base + i]
+        walks[1][row] = size
+        walks[2][row] = total
     return cursor - 1
 
 
 @jit
 def _match_kernel(flat, offsets, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask,
-                  out_num):
+                  out_num, walks):
     """:func:`corpus_row` for each request of a batch whose trie part is already drafted
-    (``p_tokens``/``p_mask``)."""
+    (``p_tokens``/``p_mask``), without walk rows."""
     for b in range(offsets.size - 1):
         out_num[b] = corpus_row(flat[offsets[b]:offsets[b + 1]], automata, cp, cs, p_tokens[b],
-                                p_mask[b], out_tokens[b], out_mask[b])
+                                p_mask[b], out_tokens[b], out_mask[b], walks, -1, 0)
 
 
 def match_corpora(automata, contexts: Sequence[np.ndarray], per: int, trie_tokens: np.ndarray,
@@ -723,7 +805,7 @@ def match_corpora(automata, contexts: Sequence[np.ndarray], per: int, trie_token
     out_mask = np.empty((count, n, n), np.bool_)
     out_num = np.empty(count, np.int32)
     _match_kernel(flat.astype(np.int32, copy=False), offsets, automata, cp, cs, trie_tokens,
-                  trie_mask, out_tokens, out_mask, out_num)
+                  trie_mask, out_tokens, out_mask, out_num, corpus_walks(1, 1, 1))
     return out_tokens, out_mask, out_num
 
 
