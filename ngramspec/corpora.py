@@ -390,6 +390,10 @@ class Corpora:
         """``{corpus_id: token_count}`` in SGLang's corpus order."""
         return {cid: self.tokens[cid] for cid in self.order}
 
+    def ordered_automata(self) -> list:
+        """The automata in SGLang's corpus order (the merge order)."""
+        return [self.automata[c] for c in self.order]
+
     def nbytes(self) -> dict[str, int]:
         """Bytes held by each corpus's automaton (numba backend; 0 for the Python model)."""
         return {cid: int(self.automata[cid].nbytes()) for cid in self.order}

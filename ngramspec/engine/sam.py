@@ -26,11 +26,12 @@ from typing import Sequence
 import numpy as np
 
 from .._jit import jit
-from .tree import BUCKET_COUNTS, fill_layout
+from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_layout, fill_result
 from .tree import _map_get as map_get, _map_insert as map_insert
 
 __all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "corpus_row",
-           "corpus_scratch", "corpus_walks", "SEPARATOR"]
+           "corpus_scratch", "corpus_walks", "draft_with_corpora",
+           "replay_corpora", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
 _SMALL = 16  # child ranges up to this size are sorted in place
@@ -770,6 +771,38 @@ def corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask, wa
         walks[1][row] = size
         walks[2][row] = total
     return cursor - 1
+
+
+@jit
+def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t, sc,
+                       bucket_counts, corpora, out_tokens, out_mask):
+    """One request's draft with corpora for the compiled replay, from the trie anchors
+    already in ``sc`` (``count`` of them): the trie's tree with the reduced budget, then
+    :func:`corpus_row`.  ``corpora``: ``(automata, cp, cs, walks, trie_budget)``
+    (:func:`replay_corpora`).  Returns the drafted node count; the slot parents of the result
+    are then in ``cs[9]``."""
+    automata, cp, cs, walks, trie_budget = corpora
+    if prob:
+        build_prob(count, trie_budget, max_b, t, sc, bucket_counts)
+    else:
+        build_bfs_scheduled(count, trie_budget, top, steps, min_b, max_b, t, sc, bucket_counts)
+    fill_result(ctx[ctx.size - 1], trie_budget + 1, sc, cs[0], cs[1])
+    return corpus_row(ctx, automata, cp, cs, cs[0], cs[1], out_tokens, out_mask, walks, row,
+                      total)
+
+
+def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: int, *, n: int,
+                   max_depth: int, min_breadth: int, max_breadth: int, prob: bool,
+                   rows: int) -> tuple:
+    """The corpora as the compiled replay takes them (``automata`` in merge order; ``per``
+    0: none, and the replay drafts from the trie alone)."""
+    if not automata:  # the kernel's argument types stay the same: one tiny automaton, unused
+        automata = [FlatAutomaton.build(np.zeros(1, np.int32), prob=prob)]
+    cp = (int(per), int(n), int(max_depth), int(min_breadth), int(max_breadth), bool(prob))
+    cs = corpus_scratch(max(per, 1), n, trie_budget, max_depth, max_breadth, prob,
+                        max(a.max_kids for a in automata))
+    return (automata_list(automata), cp, cs, corpus_walks(rows, max_depth, len(automata)),
+            int(trie_budget))
 
 
 @jit
