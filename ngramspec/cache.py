@@ -214,7 +214,8 @@ class NgramCache:
 
     def match(self, contexts, request_ids: Sequence[Any] | None = None,
               total_lens: Sequence[int] | None = None, *,
-              local: Sequence["NgramCache | None"] | None = None) -> DraftBatch:
+              local: Sequence["NgramCache | None"] | None = None,
+              corpora: Sequence[Any] | None = None) -> DraftBatch:
         """Draft a token tree for each context (SGLang's ``batch_get``).
 
         Waits first for inserts queued with ``wait=False`` (as SGLang's worker synchronizes
@@ -241,6 +242,12 @@ class NgramCache:
             ``match_type="ADAPTIVE"`` only: per context, the request's own cache (same
             backend), searched before this one (``None``: this one alone).  What
             :class:`Drafter` does with ``local_index``.
+        corpora : sequence, optional
+            Beyond SGLang (off by default): per context, the external corpora it may draft
+            from, a collection of loaded corpus ids (``None``: all of them).  Request ``i``
+            drafts what this cache would draft if only the corpora in ``corpora[i]`` were
+            loaded (SGLang's split over those, in this cache's corpus order; none: the trie
+            alone with the whole budget).  See ``docs/corpora.md``.
         """
         batch = v.as_contexts(contexts)
         keys = lens = None
@@ -255,13 +262,19 @@ class NgramCache:
                 if keys is None:
                     lens = None  # checked, and meaningless without ids
         if self._adaptive:
+            if corpora is not None:  # ADAPTIVE has no corpora: this raises
+                self._corpora.check_selection(corpora, len(batch))
             return self._match_adaptive(batch, self._local_backends(local, len(batch)))
         if local is not None:
             raise ValueError("local= is for match_type='ADAPTIVE' only (local caches are "
                              f"searched by it); this cache's is {self._config.match_type!r}")
         self.synchronize()
         with self._lock:
-            if self._corpora.active:
+            if corpora is not None:  # chosen per request (checked under the lock)
+                chosen = self._corpora.check_selection(corpora, len(batch))
+                tokens, mask, num_drafts = self._corpora.match(self._backend, batch, keys, lens,
+                                                               chosen)
+            elif self._corpora.active:
                 tokens, mask, num_drafts = self._corpora.match(self._backend, batch, keys, lens)
             else:
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)

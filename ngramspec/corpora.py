@@ -418,29 +418,101 @@ class Corpora:
         return self.split()[0] > 0
 
     def match(self, backend, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
-              total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              total_lens: np.ndarray | None, selection: list | None = None,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The trie's tree with the reduced budget, then each corpus's merged in, in corpus
-        order; the same shapes as a trie-only match."""
+        order; the same shapes as a trie-only match.  ``selection`` (from
+        :meth:`check_selection`): per request, the corpora it draws from (None: all)."""
         cfg = self.config
+        if selection is not None and self.backend == "numba":
+            if not self.automata:  # every request chose none: the trie alone
+                return backend.match(contexts, keys, total_lens)
+            if self._kernel_list is None:
+                self._prepare_kernel(*self.split())
+            index = {cid: k for k, cid in enumerate(self.order)}
+            sel = np.zeros((len(contexts), len(index)), np.int32)
+            for b, chosen in enumerate(selection):
+                if chosen is None:
+                    sel[b] = 1
+                else:
+                    sel[b, [index[c] for c in chosen]] = 1
+            return backend.match_corpora(contexts, keys, total_lens, cfg.budget,
+                                         self._kernel_list, self._cp, self._cs, self._walks,
+                                         sel)
+        if selection is not None:  # the reference: request by request, each its own split
+            rows = [self._match_subset(backend, [ctx], None if keys is None else [keys[b]],
+                                       None if total_lens is None else total_lens[b:b + 1],
+                                       self.order if selection[b] is None else
+                                       [c for c in self.order if c in selection[b]])
+                    for b, ctx in enumerate(contexts)]
+            return (np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows]),
+                    np.concatenate([r[2] for r in rows]))
         per, trie_budget = self.split()
         if self.backend == "numba" and not self.record_parts:
             if self._kernel_list is None:
                 self._prepare_kernel(per, trie_budget)
             return backend.match_corpora(contexts, keys, total_lens, trie_budget,
                                          self._kernel_list, self._cp, self._cs, self._walks)
-        tokens, mask, num = backend.match(contexts, keys, total_lens, budget=trie_budget)
+        return self._match_subset(backend, contexts, keys, total_lens, list(self.order),
+                                  record=True)
+
+    def _match_subset(self, backend, contexts, keys, total_lens, ids: list[str],
+                      record: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The readable path: the trie's tree for the split over ``ids``, then one merge per
+        corpus of ``ids`` (in the order given)."""
+        cfg = self.config
+        k = len(ids)
+        per = min(cfg.external_sam_budget, cfg.budget) // k if k else 0
+        if per == 0:
+            return backend.match(contexts, keys, total_lens)
+        tokens, mask, num = backend.match(contexts, keys, total_lens,
+                                          budget=cfg.budget - per * k)
         last = np.fromiter((int(c[-1]) for c in contexts), np.int32, len(contexts))
         if self.backend == "numba":
             from .engine import sam as impl
         else:
             from .reference import sam as impl  # type: ignore[no-redef]
         parts = [("", (tokens, mask))]
-        for cid in self.order:
+        for cid in ids:
             own = _draft_batch(self.automata[cid], contexts, per, cfg)
             parts.append((cid, own))
             tokens, mask, num = impl.merge_batch(last, cfg.draft_token_num, (tokens, mask), own)
-        self.last_parts = parts
+        if record:
+            self.last_parts = parts
         return tokens, mask, num
+
+    def check_selection(self, corpora: Any, count: int) -> list | None:
+        """``match(..., corpora=)`` checked: per request None (every loaded corpus) or a
+        frozenset of loaded corpus ids; a clear error naming the request otherwise."""
+        if corpora is None:
+            return None
+        if isinstance(corpora, (str, bytes)) or not isinstance(corpora, collections.abc.Sequence):
+            raise TypeError("corpora must be a sequence with one entry per context (a "
+                            "collection of corpus ids, or None for every loaded corpus), got "
+                            f"{type(corpora).__name__}")
+        if len(corpora) != count:
+            raise ValueError(f"corpora has {len(corpora)} entries for {count} contexts; give "
+                             "one per context")
+        if self.config.external_sam_budget == 0:
+            raise ValueError("corpora= chooses external corpora per request, but this cache "
+                             "has external_sam_budget 0 (no corpora)")
+        out: list = []
+        for i, chosen in enumerate(corpora):
+            if chosen is None:
+                out.append(None)
+                continue
+            if isinstance(chosen, (str, bytes)) or not isinstance(chosen,
+                                                                  collections.abc.Iterable):
+                raise TypeError(f"corpora[{i}] must be a collection of corpus ids or None, got "
+                                f"{type(chosen).__name__} {chosen!r}")
+            ids = frozenset(chosen)
+            for cid in ids:
+                if cid not in self.automata:
+                    loaded = ", ".join(repr(c) for c in self.order) or "none"
+                    raise ValueError(f"corpora[{i}] names {cid!r}, which is not loaded "
+                                     f"(loaded: {loaded})")
+            out.append(ids)
+        return out
 
     def _prepare_kernel(self, per: int, trie_budget: int) -> None:
         """The fused kernel's inputs for the loaded corpora (rebuilt after every change)."""
@@ -452,8 +524,10 @@ class Corpora:
         self._split = (per, trie_budget)
         self._cp = (int(per), int(cfg.draft_token_num), int(cfg.trie_depth),
                     int(cfg.min_bfs_breadth), int(cfg.max_bfs_breadth), prob)
-        self._cs = corpus_scratch(per, cfg.draft_token_num, trie_budget, cfg.trie_depth,
-                                  cfg.max_bfs_breadth, prob,
+        # Sized for any split a request's choice of corpora can make (one corpus: the most
+        # per corpus; the trie's row: the whole budget).
+        self._cs = corpus_scratch(min(cfg.external_sam_budget, cfg.budget), cfg.draft_token_num,
+                                  cfg.budget, cfg.trie_depth, cfg.max_bfs_breadth, prob,
                                   max((a.max_kids for a in automata), default=1))
         self._kernel_list = automata_list(automata)
         # The walks of the last matches, per match-state row: valid for these automata only.

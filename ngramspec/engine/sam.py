@@ -701,21 +701,23 @@ def _walk_start(ctx, max_depth, walks, row, total):
 
 
 @jit
-def corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask, walks, row,
-               total):
+def corpus_row(ctx, automata, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_mask, walks,
+               row, total):
     """One request's corpus part of SGLang's ``batchMatch`` (§3.6.7): each corpus of
     ``automata`` (merge order) drafts ``per`` nodes, merged in turn into the trie's laid-out
     tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result fills
     ``out_tokens``/``out_mask`` (``n`` slots).  ``cp``: ``(per, n, max_depth, min_b, max_b,
-    prob)``; ``cs``: :func:`corpus_scratch`.  Returns the drafted node count.  Between merges
-    the trees stay as tokens and parent slots; only the last one writes a mask.
+    prob)`` (this call's per-corpus budget is ``per``); ``cs``: :func:`corpus_scratch`;
+    ``sel``: the corpora this request draws from (``sel[k] != 0``; empty: all, and at least
+    one is chosen).  Returns the drafted node count.  Between merges the trees stay as tokens
+    and parent slots; only the last one writes a mask.
 
     ``walks`` (:func:`corpus_walks`; ``row`` < 0: none): SGLang walks the last
     ``max_depth`` tokens through every automaton on each match; a walk's end depends only on
     those tokens, so when the row's last window plus the appended tokens contains this one
     (checked token by token), the last walk is continued over the appended tokens and cut to
-    the window, which gives the same end."""
-    per, n, max_depth, min_b, max_b, prob = cp
+    the window, which gives the same end (a corpus left out leaves its walk unknown)."""
+    _, n, max_depth, min_b, max_b, prob = cp
     (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
      a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
     last = ctx[ctx.size - 1]
@@ -732,9 +734,16 @@ def corpus_row(ctx, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask, wa
     keep = -1 if row < 0 else _walk_start(ctx, max_depth, walks, row, total)
     cursor = 1
     k_last = len(automata) - 1
-    for k in range(len(automata)):
+    if sel.size:
+        while sel[k_last] == 0:
+            k_last -= 1
+    for k in range(k_last + 1):
+        if sel.size and sel[k] == 0:
+            if row >= 0:
+                walks[4][row, k] = -1
+            continue
         off, l_tok, l_dst, c_tok_a, c_dst, length, link, occ, _ = automata[k]
-        if keep < 0:
+        if keep < 0 or walks[4][row, k] < 0:
             w_s, w_m = _extend(ctx, ctx.size - size, 0, 0, off, l_tok, l_dst, length, link)
         else:
             w_s, w_m = _extend(ctx, ctx.size - size + keep, walks[3][row, k], walks[4][row, k],
@@ -786,9 +795,11 @@ def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t
         build_prob(count, trie_budget, max_b, t, sc, bucket_counts)
     else:
         build_bfs_scheduled(count, trie_budget, top, steps, min_b, max_b, t, sc, bucket_counts)
-    fill_result(ctx[ctx.size - 1], trie_budget + 1, sc, cs[0], cs[1])
-    return corpus_row(ctx, automata, cp, cs, cs[0], cs[1], out_tokens, out_mask, walks, row,
-                      total)
+    m = trie_budget + 1
+    p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
+    fill_result(ctx[ctx.size - 1], m, sc, p_tokens, p_mask)
+    return corpus_row(ctx, automata, cp, cs, cp[0], cs[0][:0], p_tokens, p_mask, out_tokens,
+                      out_mask, walks, row, total)
 
 
 def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: int, *, n: int,
@@ -811,8 +822,9 @@ def _match_kernel(flat, offsets, automata, cp, cs, p_tokens, p_mask, out_tokens,
     """:func:`corpus_row` for each request of a batch whose trie part is already drafted
     (``p_tokens``/``p_mask``), without walk rows."""
     for b in range(offsets.size - 1):
-        out_num[b] = corpus_row(flat[offsets[b]:offsets[b + 1]], automata, cp, cs, p_tokens[b],
-                                p_mask[b], out_tokens[b], out_mask[b], walks, -1, 0)
+        out_num[b] = corpus_row(flat[offsets[b]:offsets[b + 1]], automata, cp, cs, cp[0],
+                                cs[0][:0], p_tokens[b], p_mask[b], out_tokens[b], out_mask[b],
+                                walks, -1, 0)
 
 
 def match_corpora(automata, contexts: Sequence[np.ndarray], per: int, trie_tokens: np.ndarray,
