@@ -320,7 +320,7 @@ class NgramCache:
 
     # External corpora (SGLang 0.5.23; ngramspec.corpora) ------------------------------------
 
-    def add_corpus(self, corpus_id: str, documents) -> int:
+    def add_corpus(self, corpus_id: str, documents, *, max_bytes: int | None = None) -> int:
         """Load an external corpus: a suffix automaton over ``documents`` that every match
         then drafts from, with ``external_sam_budget`` nodes shared by the loaded corpora
         (SGLang's ``/add_external_corpus``).  Corpora survive :meth:`reset`.
@@ -332,6 +332,9 @@ class NgramCache:
         documents : iterable of 1-D int sequences
             Token ids within int32, except ``INT32_MIN``: the separator SGLang puts between
             documents.  Empty documents are skipped.
+        max_bytes : int, optional
+            Beyond SGLang: a memory bound for this corpus's automaton (its bytes as
+            :meth:`corpus_info` reports them); a corpus that would exceed it is refused.
 
         Returns
         -------
@@ -343,7 +346,8 @@ class NgramCache:
         ValueError
             A duplicate id, no tokens, more tokens than ``external_corpus_max_tokens`` or
             than the loaded corpora leave of it (SGLang would truncate a corpus over the
-            cap), a bad token, or ``external_sam_budget == 0``.  Nothing changes then.
+            cap), more bytes than ``max_bytes``, a bad token, or ``external_sam_budget == 0``.
+            Nothing changes then.
 
         Examples
         --------
@@ -359,7 +363,7 @@ class NgramCache:
         """
         self.synchronize()
         with self._lock:
-            return self._corpora.add(corpus_id, documents)
+            return self._corpora.add(corpus_id, documents, max_bytes)
 
     def remove_corpus(self, corpus_id: str) -> None:
         """Unload a corpus; KeyError if no corpus has this id (SGLang accepts it silently)."""
@@ -376,6 +380,22 @@ class NgramCache:
         order (the one in which their trees are merged)."""
         with self._lock:
             return self._corpora.counts()
+
+    def corpus_info(self) -> dict[str, dict[str, int]]:
+        """Per loaded corpus, in :meth:`corpora`'s order: ``tokens`` (separators included)
+        and ``bytes``, the memory its automaton takes in the engine's flat layout (the same
+        figure on both backends; what ``add_corpus(max_bytes=)`` bounds).
+
+        Examples
+        --------
+        >>> cache = NgramCache(draft_token_num=6, external_sam_budget=2)
+        >>> cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+        10
+        >>> cache.corpus_info()
+        {'docs': {'tokens': 10, 'bytes': 600}}
+        """
+        with self._lock:
+            return self._corpora.info()
 
     # Background inserts ------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from .config import NgramConfig
 from .stdorder import HASHTABLE_BUCKET_COUNTS
 
 __all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream", "read_corpus",
-           "tree_paths", "cache_from_sglang_args"]
+           "tree_paths", "cache_from_sglang_args", "automaton_bytes"]
 
 #: The token SGLang puts between the documents of a corpus (``INT32_MIN``).
 SEPARATOR = -(2**31)
@@ -320,8 +320,12 @@ class Corpora:
 
     # Management ------------------------------------------------------------------------
 
-    def add(self, corpus_id: Any, documents: Iterable[Any]) -> int:
+    def add(self, corpus_id: Any, documents: Iterable[Any], max_bytes: Any = None) -> int:
         cfg = self.config
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(
+                max_bytes, (int, np.integer)) or max_bytes < 1):
+            raise ValueError(f"max_bytes must be a positive int (bytes) or None, got "
+                             f"{max_bytes!r}")
         if not isinstance(corpus_id, str):
             raise TypeError(f"corpus_id must be a str, got {type(corpus_id).__name__} "
                             f"{corpus_id!r}")
@@ -354,7 +358,14 @@ class Corpora:
             raise ValueError(f"corpus {corpus_id!r} has {total} tokens but only {left} of "
                              f"external_corpus_max_tokens ({cap}) are left by the loaded "
                              f"corpora; remove one first")
+        # The bound: refused before building when even the fewest states and transitions a
+        # stream of this length makes would exceed it, else after building (nothing kept).
+        if max_bytes is not None and automaton_bytes(total + 1, total) > max_bytes:
+            raise ValueError(_over_bytes(corpus_id, f"at least {automaton_bytes(total + 1, total)}",
+                                         max_bytes))
         automaton = self._build(stream)
+        if max_bytes is not None and automaton.nbytes() > max_bytes:
+            raise ValueError(_over_bytes(corpus_id, str(automaton.nbytes()), max_bytes))
         self.automata[corpus_id] = automaton
         self.tokens[corpus_id] = total
         self.order.insert(corpus_id)
@@ -395,8 +406,13 @@ class Corpora:
         return [self.automata[c] for c in self.order]
 
     def nbytes(self) -> dict[str, int]:
-        """Bytes held by each corpus's automaton (numba backend; 0 for the Python model)."""
+        """Bytes of each corpus's automaton in the engine's layout (both backends)."""
         return {cid: int(self.automata[cid].nbytes()) for cid in self.order}
+
+    def info(self) -> dict[str, dict[str, int]]:
+        """Per corpus, in SGLang's order: ``tokens`` (separators included) and ``bytes``."""
+        return {cid: {"tokens": self.tokens[cid], "bytes": int(self.automata[cid].nbytes())}
+                for cid in self.order}
 
     # Matching --------------------------------------------------------------------------
 
@@ -532,6 +548,23 @@ class Corpora:
         self._kernel_list = automata_list(automata)
         # The walks of the last matches, per match-state row: valid for these automata only.
         self._walks = [corpus_walks(1, cfg.trie_depth, len(automata))]
+
+
+def automaton_bytes(states: int, transitions: int) -> int:
+    """Bytes of an automaton with these counts in the engine's flat layout (see
+    :meth:`ngramspec.reference.sam.SuffixAutomaton.nbytes`).
+
+    Examples
+    --------
+    >>> automaton_bytes(1 + 1, 1)  # a one-token corpus: the root and one state, one edge
+    72
+    """
+    return 8 * (states + 1) + 16 * states + 16 * transitions
+
+
+def _over_bytes(corpus_id: str, size: str, max_bytes: int) -> str:
+    return (f"corpus {corpus_id!r} would take {size} bytes, more than max_bytes ({max_bytes}); "
+            "nothing loaded")
 
 
 def tree_paths(tokens: np.ndarray, mask: np.ndarray) -> set[tuple[int, ...]]:

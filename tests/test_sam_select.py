@@ -111,3 +111,53 @@ def test_selection_without_corpora_is_refused():
         cache = ns.NgramCache(match_type=mt)
         with pytest.raises(ValueError, match="external_sam_budget 0"):
             cache.match([[1, 2]], corpora=[None])
+
+
+# --- the memory bound and the bytes per corpus ---------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_corpus_info_reports_tokens_and_the_same_bytes_on_both_backends(backend):
+    cache = _cache(backend)
+    info = cache.corpus_info()
+    assert list(info) == list(cache.corpora())
+    assert {c: v["tokens"] for c, v in info.items()} == cache.corpora()
+    numba = _cache("numba").corpus_info()
+    assert info == numba
+    # The bytes are the flat arrays' own size.
+    flat = _cache("numba")._corpora.automata["docs"]
+    assert info["docs"]["bytes"] == sum(a.nbytes for a in flat.arrays()[:8])
+
+
+@given(st.lists(st.lists(st.integers(-3, 5), min_size=1, max_size=20), min_size=1, max_size=4))
+@settings(max_examples=60, deadline=None)
+def test_bytes_lower_bound_and_backends(docs):
+    """Both backends count the same bytes, never below the bound used to refuse early."""
+    from ngramspec.corpora import automaton_bytes, corpus_stream
+
+    sizes = []
+    for backend in BACKENDS:
+        cache = ns.NgramCache(draft_token_num=4, external_sam_budget=2, backend=backend)
+        total = cache.add_corpus("c", docs)
+        sizes.append(cache.corpus_info()["c"]["bytes"])
+    assert sizes[0] == sizes[1]
+    assert sizes[0] >= automaton_bytes(total + 1, total)
+    assert total == corpus_stream(docs).size
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_bytes_refuses_a_corpus_over_it_and_changes_nothing(backend):
+    cache = _cache(backend, names=("wiki",))
+    need = _cache(backend, names=("docs",)).corpus_info()["docs"]["bytes"]
+    before = (cache.corpus_info(), cache.match([[1, 2]]).tokens.tolist())
+    # Just below: refused after the build; far below: refused before building.
+    for bound in (need - 1, 100):
+        with pytest.raises(ValueError, match=r"corpus 'docs' would take .* bytes, more than "
+                                             rf"max_bytes \({bound}\); nothing loaded"):
+            cache.add_corpus("docs", CORPORA["docs"], max_bytes=bound)
+        assert (cache.corpus_info(), cache.match([[1, 2]]).tokens.tolist()) == before
+    assert cache.add_corpus("docs", CORPORA["docs"], max_bytes=need) == 10
+    assert cache.corpus_info()["docs"]["bytes"] == need
+    for bad in (0, -5, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="max_bytes must be a positive int"):
+            cache.add_corpus("other", [[1]], max_bytes=bad)
+    assert "other" not in cache.corpora()
