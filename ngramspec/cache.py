@@ -5,6 +5,7 @@ inserts, save/load).  Input checks live in :mod:`ngramspec._validate`, the file 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from . import persist
 from .config import NgramConfig
 from .corpora import Corpora
 from .drafts import DraftBatch
-from .errors import BackgroundInsertError
+from .errors import BackgroundInsertError, CacheFileError
 
 if TYPE_CHECKING:
     from ._canonical import CanonicalContent
@@ -383,8 +384,9 @@ class NgramCache:
 
     def corpus_info(self) -> dict[str, dict[str, int]]:
         """Per loaded corpus, in :meth:`corpora`'s order: ``tokens`` (separators included)
-        and ``bytes``, the memory its automaton takes in the engine's flat layout (the same
-        figure on both backends; what ``add_corpus(max_bytes=)`` bounds).
+        and ``bytes``, the memory its automaton takes in the engine's flat layout plus its
+        token stream, kept for :meth:`save` (the same figure on both backends; what
+        ``add_corpus(max_bytes=)`` bounds).
 
         Examples
         --------
@@ -392,7 +394,7 @@ class NgramCache:
         >>> cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
         10
         >>> cache.corpus_info()
-        {'docs': {'tokens': 10, 'bytes': 600}}
+        {'docs': {'tokens': 10, 'bytes': 640}}
         """
         with self._lock:
             return self._corpora.info()
@@ -480,8 +482,8 @@ class NgramCache:
         Atomic: the file appears complete at ``path`` or not at all; a failure mid-write
         leaves a previous file there untouched.  A cache loaded from it continues exactly as
         this one would (same drafts for the same future calls, stateful matches included),
-        on either backend.  External corpora are not written (they are rebuilt from their
-        documents): add them again to the loaded cache.
+        on either backend.  External corpora are written too (their token streams, rebuilt
+        into automata on loading, and SGLang's corpus order).
 
         Examples
         --------
@@ -497,7 +499,8 @@ class NgramCache:
 
         self.synchronize()
         with self._lock:
-            content = self._backend.to_canonical()
+            content = dataclasses.replace(self._backend.to_canonical(),
+                                          **self._corpora.export())
         persist.write(path, content, config=self._config, saved_by_backend=self._backend_name,
                       library_version=__version__)
 
@@ -534,4 +537,10 @@ class NgramCache:
             backend = saved.saved_by_backend if saved.saved_by_backend in BACKENDS else "numba"
         cache = cls(config=saved.config, backend=backend)
         cache._backend = _backend_class(backend).from_canonical(saved.config, saved.content)
+        c = saved.content
+        if c.corpus_ids:
+            try:
+                cache._corpora.restore(c.corpus_ids, c.corpus_streams, c.corpus_table)
+            except ValueError as e:
+                raise CacheFileError(f"{os.fspath(path)}: {e}") from None
         return cache

@@ -100,6 +100,23 @@ class CorpusOrder:
         self._hash[key] = string_hash(key)
         self._place(self._ids, key, self.bucket_count)
 
+    def restore(self, ids: Sequence[str], bucket_count: int, next_resize: int) -> None:
+        """Take a saved state: ``ids`` in iteration order and the table's sizes.  Raises
+        ValueError if the ids of a bucket do not stand together (no table has that order)."""
+        hashes = {key: string_hash(key) for key in ids}
+        seen: list[int] = []
+        for key in ids:
+            b = hashes[key] % bucket_count
+            if b in seen and seen[-1] != b:
+                raise ValueError(f"corpus order {list(ids)} is impossible with {bucket_count} "
+                                 "buckets")
+            if not seen or seen[-1] != b:
+                seen.append(b)
+        self._ids = list(ids)
+        self._hash = hashes
+        self.bucket_count = bucket_count
+        self._next_resize = next_resize
+
     def erase(self, key: str) -> None:
         self._ids.remove(key)
         del self._hash[key]
@@ -306,6 +323,7 @@ class Corpora:
         self.order = CorpusOrder()
         self.automata: dict[str, Any] = {}
         self.tokens: dict[str, int] = {}
+        self.streams: dict[str, np.ndarray] = {}  # kept for save(): 4 bytes per token
         #: The trees the last :meth:`match` merged, in merge order: ``("", trie result)`` then
         #: ``(corpus_id, corpus result)``; each result is ``(tokens, mask)`` for the batch.
         self.last_parts: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
@@ -360,12 +378,14 @@ class Corpora:
                              f"corpora; remove one first")
         # The bound: refused before building when even the fewest states and transitions a
         # stream of this length makes would exceed it, else after building (nothing kept).
-        if max_bytes is not None and automaton_bytes(total + 1, total) > max_bytes:
-            raise ValueError(_over_bytes(corpus_id, f"at least {automaton_bytes(total + 1, total)}",
-                                         max_bytes))
+        least = automaton_bytes(total + 1, total) + 4 * total
+        if max_bytes is not None and least > max_bytes:
+            raise ValueError(_over_bytes(corpus_id, f"at least {least}", max_bytes))
         automaton = self._build(stream)
-        if max_bytes is not None and automaton.nbytes() > max_bytes:
-            raise ValueError(_over_bytes(corpus_id, str(automaton.nbytes()), max_bytes))
+        size = automaton.nbytes() + 4 * total
+        if max_bytes is not None and size > max_bytes:
+            raise ValueError(_over_bytes(corpus_id, str(size), max_bytes))
+        self.streams[corpus_id] = np.ascontiguousarray(stream, dtype=np.int32)
         self.automata[corpus_id] = automaton
         self.tokens[corpus_id] = total
         self.order.insert(corpus_id)
@@ -388,12 +408,14 @@ class Corpora:
             raise KeyError(f"no corpus {corpus_id!r} is loaded (loaded: {loaded})")
         del self.automata[corpus_id]
         del self.tokens[corpus_id]
+        del self.streams[corpus_id]
         self.order.erase(corpus_id)
         self._kernel_list = None
 
     def clear(self) -> None:
         self.automata.clear()
         self.tokens.clear()
+        self.streams.clear()
         self.order.clear()
         self._kernel_list = None
 
@@ -410,9 +432,30 @@ class Corpora:
         return {cid: int(self.automata[cid].nbytes()) for cid in self.order}
 
     def info(self) -> dict[str, dict[str, int]]:
-        """Per corpus, in SGLang's order: ``tokens`` (separators included) and ``bytes``."""
-        return {cid: {"tokens": self.tokens[cid], "bytes": int(self.automata[cid].nbytes())}
+        """Per corpus, in SGLang's order: ``tokens`` (separators included) and ``bytes`` (the
+        automaton in the engine's layout and the token stream kept for saving)."""
+        return {cid: {"tokens": self.tokens[cid],
+                      "bytes": int(self.automata[cid].nbytes()) + 4 * self.tokens[cid]}
                 for cid in self.order}
+
+    # Persistence -----------------------------------------------------------------------
+
+    def export(self) -> dict[str, Any]:
+        """The corpus fields of :class:`~ngramspec._canonical.CanonicalContent`."""
+        order = self.order
+        return dict(corpus_ids=list(order), corpus_streams=[self.streams[c] for c in order],
+                    corpus_table=(order.bucket_count, order._next_resize))
+
+    def restore(self, ids: list[str], streams: list[np.ndarray],
+                table: tuple[int, int]) -> None:
+        """Rebuild saved corpora (checked by the file reader) into this empty collection, the
+        corpus table as it was (so that later adds land where they would have)."""
+        for cid, stream in zip(ids, streams):
+            self.automata[cid] = self._build(stream)
+            self.tokens[cid] = int(stream.size)
+            self.streams[cid] = stream
+        self.order.restore(ids, *table)
+        self._kernel_list = None
 
     # Matching --------------------------------------------------------------------------
 
