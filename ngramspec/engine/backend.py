@@ -14,7 +14,7 @@ from .match import States, match_anchors, new_states, window_anchors
 from .tree import (BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, scratch_in,
                    scratch_sizes)
 from .adaptive import adaptive_scratch, draft_adaptive
-from .sam import corpus_row
+from .sam import corpus_row, corpus_scratch_in
 from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel
 
 __all__ = ["EngineBackend"]
@@ -80,6 +80,7 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
     budget when that is 0 or no corpus is chosen."""
     t = Trie(*trie)
     st = States(*states)
+    cs = corpus_scratch_in(cs)
     max_depth, min_b, max_b, budget, prob_mode = params
     full = cp[1] - 1
     sc = scratch_in(buf, budget, max_depth, max_b)

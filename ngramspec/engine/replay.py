@@ -46,7 +46,7 @@ from .._jit import jit, jit_inline
 from ..config import NgramConfig
 from .adaptive import adaptive_scratch, draft_tree
 from .match import States, match_anchors, new_states, window_anchors
-from .sam import draft_with_corpora, replay_corpora
+from .sam import corpus_scratch_in, draft_with_corpora, replay_corpora
 from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
                    TrieArrays, _g_push_back, _g_push_front, _g_unlink, _ht_put,
@@ -316,6 +316,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     n = budget + 1
     # Work arrays of the match and tree kernels (the backend's), allocated once per call.
     sc = new_scratch(budget, depth, max_b)
+    c_scratch = corpus_scratch_in(corpora[2])  # external corpora's work arrays
     asc = adaptive_scratch(budget, depth)
     a_params = (depth, budget, fcfg[0], fcfg[1], fcfg[2])
     out_tokens = np.empty(n, np.int32)
@@ -486,8 +487,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                 if corpora[1][0] > 0:  # external corpora (stateful profile only)
                     used = draft_with_corpora(ctx, count, row, total, mode == MODE_PROB, bfs_top,
                                               bfs_steps, min_b, max_b, t, sc, bucket_counts,
-                                              corpora, out_tokens, out_mask)
-                    parents = corpora[2][9]
+                                              corpora, c_scratch, out_tokens, out_mask)
+                    parents = c_scratch[9]
                 elif mode == MODE_PROB:
                     used = build_prob(count, budget, max_b, t, sc, bucket_counts)
                 else:

@@ -30,7 +30,7 @@ from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_layout, f
 from .tree import _map_get as map_get, _map_insert as map_insert
 
 __all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "corpus_row",
-           "corpus_scratch", "corpus_walks", "draft_with_corpora",
+           "corpus_scratch", "corpus_scratch_in", "corpus_walks", "draft_with_corpora",
            "replay_corpora", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
@@ -649,25 +649,58 @@ def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n
 
 def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_breadth: int,
                    prob: bool, max_kids: int) -> tuple:
-    """Work arrays of :func:`corpus_row` (``per`` nodes per corpus tree, ``n`` merged slots,
-    the trie's ``trie_budget + 1`` slots first), allocated once per corpus set and reused."""
+    """Work arrays of :func:`corpus_row` (``per`` nodes per corpus tree at most, ``n`` merged
+    slots, the trie's ``trie_budget + 1`` slots at most), allocated once per corpus set and
+    reused: four flat buffers and their sizes, which :func:`corpus_scratch_in` slices (a
+    kernel call then unboxes five arrays, not thirty)."""
     m = per + 1
     big = max(n, trie_budget + 1)
     top_k = min(max_breadth, max(1, max_kids))
     heap = top_k * (max_depth + 1) * (2 * m + 2) + 1 if prob else 1
-    i32 = np.int32
-    return (np.empty(trie_budget + 1, i32), np.empty((trie_budget + 1, trie_budget + 1), np.bool_),
-            (np.empty(m, i32), np.empty(m, i32), np.empty(m, i32), np.empty(m, i32),
-             np.empty(m, np.int64)),
-            np.empty(m + 1, i32), np.empty(m, i32), np.empty(m, i32),
-            (np.empty(n, i32), np.empty(n, i32), np.empty(n, i32), np.empty(n, i32),
-             np.empty(n, np.int64)),
-            np.empty(n + 1, i32), np.empty(big, i32), np.empty(big, i32),
-            np.empty(big, np.bool_), np.empty(big, i32), np.empty(big, i32),
-            np.empty(max_depth + 1, i32), np.empty(max_depth + 1, i32),
-            np.empty(m + 1, i32), np.empty(m + 1, np.float64), np.empty(m + 1, i32),
-            np.empty(heap, np.float64), np.empty(heap, i32), np.empty(heap, i32),
-            np.empty(heap, i32))
+    t1 = trie_budget + 1
+    dims = np.array([m, n, t1, big, max_depth + 1, heap], np.int64)
+    n32 = t1 + 4 * m + (m + 1) + 2 * m + 4 * n + (n + 1) + 4 * big + 2 * (max_depth + 1) \
+        + 2 * (m + 1) + 3 * heap
+    return (np.zeros(n32, np.int32), np.zeros(m + n, np.int64), np.zeros(m + 1 + heap),
+            np.zeros(t1 * t1 + big, np.bool_), dims)
+
+
+@jit
+def corpus_scratch_in(bufs):
+    """The named work arrays of :func:`corpus_row`, slices of :func:`corpus_scratch`'s
+    buffers (the trie row ``cs[0]``/``cs[1]`` first, the result's slot parents ``cs[9]``)."""
+    b32, b64, bf, bb, dims = bufs
+    m, n, t1, big, d1, heap = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]
+    at = 0
+    p_tok = b32[at:at + t1]
+    at += t1
+    c_tree = (b32[at:at + m], b32[at + m:at + 2 * m], b32[at + 2 * m:at + 3 * m],
+              b32[at + 3 * m:at + 4 * m], b64[:m])
+    at += 4 * m
+    c_order = b32[at:at + m + 1]
+    at += m + 1
+    c_tok, c_par = b32[at:at + m], b32[at + m:at + 2 * m]
+    at += 2 * m
+    tree = (b32[at:at + n], b32[at + n:at + 2 * n], b32[at + 2 * n:at + 3 * n],
+            b32[at + 3 * n:at + 4 * n], b64[m:m + n])
+    at += 4 * n
+    order = b32[at:at + n + 1]
+    at += n + 1
+    r_tok, r_par = b32[at:at + big], b32[at + big:at + 2 * big]
+    new_idx, chain = b32[at + 2 * big:at + 3 * big], b32[at + 3 * big:at + 4 * big]
+    at += 4 * big
+    a_state, a_len = b32[at:at + d1], b32[at + d1:at + 2 * d1]
+    at += 2 * d1
+    q_par, q_state = b32[at:at + m + 1], b32[at + m + 1:at + 2 * m + 2]
+    at += 2 * m + 2
+    h_par, h_tok, h_state = (b32[at:at + heap], b32[at + heap:at + 2 * heap],
+                             b32[at + 2 * heap:at + 3 * heap])
+    q_breadth, h_p = bf[:m + 1], bf[m + 1:m + 1 + heap]
+    p_mask = bb[:t1 * t1].reshape((t1, t1))
+    is_parent = bb[t1 * t1:t1 * t1 + big]
+    return (p_tok, p_mask, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent,
+            new_idx, chain, a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok,
+            h_state)
 
 
 def corpus_walks(rows: int, max_depth: int, corpora: int) -> tuple:
@@ -784,13 +817,13 @@ def corpus_row(ctx, automata, cp, cs, per, sel, p_tokens, p_mask, out_tokens, ou
 
 @jit
 def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t, sc,
-                       bucket_counts, corpora, out_tokens, out_mask):
+                       bucket_counts, corpora, cs, out_tokens, out_mask):
     """One request's draft with corpora for the compiled replay, from the trie anchors
     already in ``sc`` (``count`` of them): the trie's tree with the reduced budget, then
-    :func:`corpus_row`.  ``corpora``: ``(automata, cp, cs, walks, trie_budget)``
-    (:func:`replay_corpora`).  Returns the drafted node count; the slot parents of the result
-    are then in ``cs[9]``."""
-    automata, cp, cs, walks, trie_budget = corpora
+    :func:`corpus_row`.  ``corpora``: ``(automata, cp, scratch buffers, walks, trie_budget)``
+    (:func:`replay_corpora`); ``cs``: :func:`corpus_scratch_in` of its buffers.  Returns the
+    drafted node count; the slot parents of the result are then in ``cs[9]``."""
+    automata, cp, _, walks, trie_budget = corpora
     if prob:
         build_prob(count, trie_budget, max_b, t, sc, bucket_counts)
     else:
@@ -817,10 +850,11 @@ def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: i
 
 
 @jit
-def _match_kernel(flat, offsets, automata, cp, cs, p_tokens, p_mask, out_tokens, out_mask,
+def _match_kernel(flat, offsets, automata, cp, bufs, p_tokens, p_mask, out_tokens, out_mask,
                   out_num, walks):
     """:func:`corpus_row` for each request of a batch whose trie part is already drafted
     (``p_tokens``/``p_mask``), without walk rows."""
+    cs = corpus_scratch_in(bufs)
     for b in range(offsets.size - 1):
         out_num[b] = corpus_row(flat[offsets[b]:offsets[b + 1]], automata, cp, cs, cp[0],
                                 cs[0][:0], p_tokens[b], p_mask[b], out_tokens[b], out_mask[b],
