@@ -14,13 +14,17 @@ An automaton (:class:`FlatAutomaton`) is a handful of arrays, built once per cor
 
 While building, transitions live in edge lists plus an open-addressing hash table keyed by
 ``(state, token)``, both dropped once the arrays above are made.  The draft trees keep their
-children in libstdc++ ``unordered_map`` order (the same model as :mod:`ngramspec.engine.tree`,
-kept here on its own so that the corpus kernels do not depend on the trie kernels' bundles).
+children in libstdc++ ``unordered_map`` order (:mod:`ngramspec.engine.tree`'s model and layout).
+
+Matching: :func:`corpus_row` is one request's corpus part (every corpus's tree merged in turn
+into the trie's), called per request by the backend's fused kernel
+(``engine.backend.match_batch_corpora``) and by the compiled replay
+(:func:`draft_with_corpora`); it continues each row's last walk through the automata when the
+window allows it (see its docstring).
 """
 
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import Sequence
 
 import numpy as np
@@ -29,7 +33,7 @@ from .._jit import jit
 from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_layout, fill_result
 from .tree import _map_get as map_get, _map_insert as map_insert
 
-__all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "corpus_row",
+__all__ = ["FlatAutomaton", "merge_batch", "automata_list", "corpus_row",
            "corpus_scratch", "corpus_scratch_in", "corpus_walks", "draft_with_corpora",
            "replay_corpora", "SEPARATOR"]
 
@@ -847,45 +851,6 @@ def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: i
                         max(a.max_kids for a in automata))
     return (automata_list(automata), cp, cs, corpus_walks(rows, max_depth, len(automata)),
             int(trie_budget))
-
-
-@jit
-def _match_kernel(flat, offsets, automata, cp, bufs, p_tokens, p_mask, out_tokens, out_mask,
-                  out_num, walks):
-    """:func:`corpus_row` for each request of a batch whose trie part is already drafted
-    (``p_tokens``/``p_mask``), without walk rows."""
-    cs = corpus_scratch_in(bufs)
-    for b in range(offsets.size - 1):
-        out_num[b] = corpus_row(flat[offsets[b]:offsets[b + 1]], automata, cp, cs, cp[0],
-                                cs[0][:0], p_tokens[b], p_mask[b], out_tokens[b], out_mask[b],
-                                walks, -1, 0)
-
-
-def match_corpora(automata, contexts: Sequence[np.ndarray], per: int, trie_tokens: np.ndarray,
-                  trie_mask: np.ndarray, n: int, *, max_depth: int, min_breadth: int,
-                  max_breadth: int, prob: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The corpus part of a batch whose trie part is drafted (C-contiguous
-    ``trie_tokens``/``trie_mask``): every automaton of ``automata`` (a list from
-    :func:`automata_list`, in merge order) drafts ``per`` nodes and is merged in turn.  Tokens
-    ``(B, n)``, masks and node counts.  (Serving goes through the backend's fused call,
-    ``EngineBackend.match_corpora``, which drafts the trie part in the same kernel.)"""
-    count = len(contexts)
-    if count == 1:
-        flat = np.ascontiguousarray(contexts[0])
-        offsets = np.array([0, flat.size], np.int64)
-    else:
-        flat = np.concatenate(contexts)
-        offsets = np.fromiter(accumulate((c.size for c in contexts), initial=0), np.int64,
-                              count + 1)
-    kids = max([int(a[8]) for a in automata], default=1)
-    cp = (int(per), int(n), int(max_depth), int(min_breadth), int(max_breadth), bool(prob))
-    cs = corpus_scratch(per, n, trie_tokens.shape[1] - 1, max_depth, max_breadth, prob, kids)
-    out_tokens = np.empty((count, n), np.int32)
-    out_mask = np.empty((count, n, n), np.bool_)
-    out_num = np.empty(count, np.int32)
-    _match_kernel(flat.astype(np.int32, copy=False), offsets, automata, cp, cs, trie_tokens,
-                  trie_mask, out_tokens, out_mask, out_num, corpus_walks(1, 1, 1))
-    return out_tokens, out_mask, out_num
 
 
 def automata_list(automata: Sequence["FlatAutomaton"]):
