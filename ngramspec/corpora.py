@@ -327,7 +327,8 @@ class Corpora:
         #: The trees the last :meth:`match` merged, in merge order: ``("", trie result)`` then
         #: ``(corpus_id, corpus result)``; each result is ``(tokens, mask)`` for the batch.
         self.last_parts: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
-        #: Keep :attr:`last_parts` (numba backend: one call per corpus instead of one kernel
+        #: Keep :attr:`last_parts` (numba backend: one call per corpus instead of one kernel;
+        #: matches with ``corpora=`` chosen per request keep none)
         #: for all; the reference backend always keeps them).
         self.record_parts = False
         self._kernel_list = None  # numba backend: the automata as the match kernel takes them
@@ -564,7 +565,11 @@ class Corpora:
                                                                   collections.abc.Iterable):
                 raise TypeError(f"corpora[{i}] must be a collection of corpus ids or None, got "
                                 f"{type(chosen).__name__} {chosen!r}")
-            ids = frozenset(chosen)
+            try:
+                ids = frozenset(chosen)
+            except TypeError:
+                raise TypeError(f"corpora[{i}] must hold corpus ids (str), got "
+                                f"{chosen!r}") from None
             for cid in ids:
                 if cid not in self.automata:
                     loaded = ", ".join(repr(c) for c in self.order) or "none"

@@ -96,6 +96,7 @@ def test_selection_none_is_sglang_and_empty_is_the_trie(backend):
     ([["docs"], ["nope"]], ValueError, r"corpora\[1\] names 'nope', which is not loaded"),
     ([["docs"], "docs"], TypeError, r"corpora\[1\] must be a collection of corpus ids"),
     ([["docs"], 3], TypeError, r"corpora\[1\] must be a collection"),
+    ([["docs"], [["docs"]]], TypeError, r"corpora\[1\] must hold corpus ids \(str\)"),
     ("docs", TypeError, "corpora must be a sequence with one entry per context"),
 ])
 def test_bad_selection_is_refused(backend, corpora, exc, match):
