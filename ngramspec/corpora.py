@@ -327,9 +327,9 @@ class Corpora:
         #: The trees the last :meth:`match` merged, in merge order: ``("", trie result)`` then
         #: ``(corpus_id, corpus result)``; each result is ``(tokens, mask)`` for the batch.
         self.last_parts: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
-        #: Keep :attr:`last_parts` (numba backend: one call per corpus instead of one kernel;
-        #: matches with ``corpora=`` chosen per request keep none)
-        #: for all; the reference backend always keeps them).
+        #: Keep :attr:`last_parts` (numba backend: one call per corpus instead of one kernel
+        #: for all; the reference backend always keeps them; matches with ``corpora=`` chosen
+        #: per request keep none).
         self.record_parts = False
         self._kernel_list = None  # numba backend: the automata as the match kernel takes them
         self._split = (0, config.budget)  # split() of the automata in _kernel_list
