@@ -58,3 +58,33 @@ class MatchWithCorpora:
     def time_match(self, match_type, batch):
         ctxs, ids, lens = self.step
         self.cache.match(ctxs)
+
+
+class MatchChosenCorpora:
+    """The same step with each request drawing from one of the three corpora
+    (``match(..., corpora=)``, beyond SGLang)."""
+
+    params = [1, 48]
+    param_names = ["batch"]
+
+    def setup(self, batch):
+        MatchWithCorpora.setup(self, "BFS", batch)
+        names = list(self.cache.corpora())
+        self.chosen = [[names[i % len(names)]] for i in range(len(self.step[0]))]
+
+    def time_match(self, batch):
+        self.cache.match(self.step[0], corpora=self.chosen)
+
+
+class SimulateWithCorpus:
+    """``ns.simulate`` (compiled) of 40 recorded requests with one corpus loaded."""
+
+    def setup(self):
+        rows = load_rows()
+        self.rows = rows[:40]
+        self.corpora = {"prompts": [r["prompt_ids"] for r in rows]}
+        self.cfg = ns.NgramConfig(**DEFAULTS, external_sam_budget=4)
+        ns.simulate(self.rows[:2], config=self.cfg, corpora=self.corpora)
+
+    def time_simulate(self):
+        ns.simulate(self.rows, config=self.cfg, corpora=self.corpora)

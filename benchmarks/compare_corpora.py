@@ -160,15 +160,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 48])
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--match-only", action="store_true",
+                    help="skip the build and memory measurements")
     args = ap.parse_args(argv)
     sglang_sam.build()
     report: dict = dict(machine=platform.processor() or platform.machine(),
                         cpus=os.cpu_count(), build={}, memory={}, match={})
-    zipf = corpus_stream(zipf_documents(args.tokens))
-    streams = corpus_stream(stream_documents())
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        for name, stream in (("zipf", zipf), ("streams", streams)):
+        sizes = () if args.match_only else (
+            ("zipf", corpus_stream(zipf_documents(args.tokens))),
+            ("streams", corpus_stream(stream_documents())))
+        for name, stream in sizes:
             report["build"][name] = measure_build(stream, args.repeats)
             report["memory"][name] = measure_memory(stream, Path(tmp))
             print(name, "build", json.dumps(report["build"][name]), flush=True)

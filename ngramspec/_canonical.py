@@ -6,7 +6,7 @@ Each backend converts itself to and from this form (``to_canonical`` / ``from_ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable
 
 import numpy as np
@@ -34,6 +34,14 @@ class CanonicalContent:
         SGLang's ``MatchState`` per id: epoch, processed total length, number of suffix
         references and, for suffix length ``d``, ``state_refs[s, d - 1]`` = the node's index,
         -1 = absent, -2 = stale (the next match of that request rebuilds its state).
+    corpus_ids : list of str
+        The loaded external corpora in SGLang's corpus order (empty: none).
+    corpus_streams : list of ndarray of int32
+        Per corpus, its token stream (documents joined by the separator ``INT32_MIN``), from
+        which its automaton is rebuilt.
+    corpus_table : tuple of int
+        ``(bucket count, next resize)`` of the corpus table (``CorpusOrder``): with the
+        order, what decides where later corpora go.
     """
 
     epoch: int
@@ -45,6 +53,9 @@ class CanonicalContent:
     state_processed_len: np.ndarray
     state_count: np.ndarray
     state_refs: np.ndarray
+    corpus_ids: list[str] = field(default_factory=list)
+    corpus_streams: list[np.ndarray] = field(default_factory=list)
+    corpus_table: tuple[int, int] = (1, 0)
 
     @staticmethod
     def no_states(depth: int) -> dict[str, np.ndarray]:

@@ -5,6 +5,7 @@ inserts, save/load).  Input checks live in :mod:`ngramspec._validate`, the file 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from . import persist
 from .config import NgramConfig
 from .corpora import Corpora
 from .drafts import DraftBatch
-from .errors import BackgroundInsertError
+from .errors import BackgroundInsertError, CacheFileError
 
 if TYPE_CHECKING:
     from ._canonical import CanonicalContent
@@ -217,7 +218,8 @@ class NgramCache:
     def match(self, contexts, request_ids: Sequence[Any] | None = None,
               total_lens: Sequence[int] | None = None, *,
               local: Sequence["NgramCache | None"] | None = None, costs: Any = None,
-              batch_size: int | None = None) -> DraftBatch:
+              batch_size: int | None = None,
+              corpora: Sequence[Any] | None = None) -> DraftBatch:
         """Draft a token tree for each context (SGLang's ``batch_get``).
 
         Waits first for inserts queued with ``wait=False`` (as SGLang's worker synchronizes
@@ -251,6 +253,12 @@ class NgramCache:
         batch_size : int, optional
             With ``costs``: the requests in the step's forward (default ``len(contexts)``),
             if this call holds only some of them.
+        corpora : sequence, optional
+            Beyond SGLang (off by default): per context, the external corpora it may draft
+            from, a collection of loaded corpus ids (``None``: all of them).  Request ``i``
+            drafts what this cache would draft if only the corpora in ``corpora[i]`` were
+            loaded (SGLang's split over those, in this cache's corpus order; none: the trie
+            alone with the whole budget).  See ``docs/corpora.md``.
         """
         batch = v.as_contexts(contexts)
         keys = lens = None
@@ -265,6 +273,8 @@ class NgramCache:
                 if keys is None:
                     lens = None  # checked, and meaningless without ids
         if self._adaptive:
+            if corpora is not None:  # ADAPTIVE has no corpora: this raises
+                self._corpora.check_selection(corpora, len(batch))
             return self._match_adaptive(batch, self._local_backends(local, len(batch)),
                                         self._step_costs(costs, batch_size, len(batch)))
         if costs is not None or batch_size is not None:
@@ -275,7 +285,11 @@ class NgramCache:
                              f"searched by it); this cache's is {self._config.match_type!r}")
         self.synchronize()
         with self._lock:
-            if self._corpora.active:
+            if corpora is not None:  # chosen per request (checked under the lock)
+                chosen = self._corpora.check_selection(corpora, len(batch))
+                tokens, mask, num_drafts = self._corpora.match(self._backend, batch, keys, lens,
+                                                               chosen)
+            elif self._corpora.active:
                 tokens, mask, num_drafts = self._corpora.match(self._backend, batch, keys, lens)
             else:
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
@@ -338,7 +352,7 @@ class NgramCache:
 
     # External corpora (SGLang 0.5.23; ngramspec.corpora) ------------------------------------
 
-    def add_corpus(self, corpus_id: str, documents) -> int:
+    def add_corpus(self, corpus_id: str, documents, *, max_bytes: int | None = None) -> int:
         """Load an external corpus: a suffix automaton over ``documents`` that every match
         then drafts from, with ``external_sam_budget`` nodes shared by the loaded corpora
         (SGLang's ``/add_external_corpus``).  Corpora survive :meth:`reset`.
@@ -350,6 +364,9 @@ class NgramCache:
         documents : iterable of 1-D int sequences
             Token ids within int32, except ``INT32_MIN``: the separator SGLang puts between
             documents.  Empty documents are skipped.
+        max_bytes : int, optional
+            Beyond SGLang: a memory bound for this corpus's automaton (its bytes as
+            :meth:`corpus_info` reports them); a corpus that would exceed it is refused.
 
         Returns
         -------
@@ -361,7 +378,8 @@ class NgramCache:
         ValueError
             A duplicate id, no tokens, more tokens than ``external_corpus_max_tokens`` or
             than the loaded corpora leave of it (SGLang would truncate a corpus over the
-            cap), a bad token, or ``external_sam_budget == 0``.  Nothing changes then.
+            cap), more bytes than ``max_bytes``, a bad token, or ``external_sam_budget == 0``.
+            Nothing changes then.
 
         Examples
         --------
@@ -377,7 +395,7 @@ class NgramCache:
         """
         self.synchronize()
         with self._lock:
-            return self._corpora.add(corpus_id, documents)
+            return self._corpora.add(corpus_id, documents, max_bytes)
 
     def remove_corpus(self, corpus_id: str) -> None:
         """Unload a corpus; KeyError if no corpus has this id (SGLang accepts it silently)."""
@@ -394,6 +412,23 @@ class NgramCache:
         order (the one in which their trees are merged)."""
         with self._lock:
             return self._corpora.counts()
+
+    def corpus_info(self) -> dict[str, dict[str, int]]:
+        """Per loaded corpus, in :meth:`corpora`'s order: ``tokens`` (separators included)
+        and ``bytes``, the memory its automaton takes in the engine's flat layout plus its
+        token stream, kept for :meth:`save` (the same figure on both backends; what
+        ``add_corpus(max_bytes=)`` bounds).
+
+        Examples
+        --------
+        >>> cache = NgramCache(draft_token_num=6, external_sam_budget=2)
+        >>> cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
+        10
+        >>> cache.corpus_info()
+        {'docs': {'tokens': 10, 'bytes': 640}}
+        """
+        with self._lock:
+            return self._corpora.info()
 
     # Background inserts ------------------------------------------------------------------
 
@@ -478,8 +513,8 @@ class NgramCache:
         Atomic: the file appears complete at ``path`` or not at all; a failure mid-write
         leaves a previous file there untouched.  A cache loaded from it continues exactly as
         this one would (same drafts for the same future calls, stateful matches included),
-        on either backend.  External corpora are not written (they are rebuilt from their
-        documents): add them again to the loaded cache.
+        on either backend.  External corpora are written too (their token streams, rebuilt
+        into automata on loading, and SGLang's corpus order).
 
         Examples
         --------
@@ -495,7 +530,8 @@ class NgramCache:
 
         self.synchronize()
         with self._lock:
-            content = self._backend.to_canonical()
+            content = dataclasses.replace(self._backend.to_canonical(),
+                                          **self._corpora.export())
         persist.write(path, content, config=self._config, saved_by_backend=self._backend_name,
                       library_version=__version__)
 
@@ -532,4 +568,10 @@ class NgramCache:
             backend = saved.saved_by_backend if saved.saved_by_backend in BACKENDS else "numba"
         cache = cls(config=saved.config, backend=backend)
         cache._backend = _backend_class(backend).from_canonical(saved.config, saved.content)
+        c = saved.content
+        if c.corpus_ids:
+            try:
+                cache._corpora.restore(c.corpus_ids, c.corpus_streams, c.corpus_table)
+            except ValueError as e:
+                raise CacheFileError(f"{os.fspath(path)}: {e}") from None
         return cache

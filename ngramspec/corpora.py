@@ -25,7 +25,7 @@ from .config import NgramConfig
 from .stdorder import HASHTABLE_BUCKET_COUNTS
 
 __all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream", "read_corpus",
-           "tree_paths", "cache_from_sglang_args"]
+           "tree_paths", "cache_from_sglang_args", "automaton_bytes"]
 
 #: The token SGLang puts between the documents of a corpus (``INT32_MIN``).
 SEPARATOR = -(2**31)
@@ -99,6 +99,23 @@ class CorpusOrder:
                 self._next_resize = self.bucket_count
         self._hash[key] = string_hash(key)
         self._place(self._ids, key, self.bucket_count)
+
+    def restore(self, ids: Sequence[str], bucket_count: int, next_resize: int) -> None:
+        """Take a saved state: ``ids`` in iteration order and the table's sizes.  Raises
+        ValueError if the ids of a bucket do not stand together (no table has that order)."""
+        hashes = {key: string_hash(key) for key in ids}
+        seen: list[int] = []
+        for key in ids:
+            b = hashes[key] % bucket_count
+            if b in seen and seen[-1] != b:
+                raise ValueError(f"corpus order {list(ids)} is impossible with {bucket_count} "
+                                 "buckets")
+            if not seen or seen[-1] != b:
+                seen.append(b)
+        self._ids = list(ids)
+        self._hash = hashes
+        self.bucket_count = bucket_count
+        self._next_resize = next_resize
 
     def erase(self, key: str) -> None:
         self._ids.remove(key)
@@ -306,19 +323,28 @@ class Corpora:
         self.order = CorpusOrder()
         self.automata: dict[str, Any] = {}
         self.tokens: dict[str, int] = {}
+        self.streams: dict[str, np.ndarray] = {}  # kept for save(): 4 bytes per token
         #: The trees the last :meth:`match` merged, in merge order: ``("", trie result)`` then
         #: ``(corpus_id, corpus result)``; each result is ``(tokens, mask)`` for the batch.
         self.last_parts: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
         #: Keep :attr:`last_parts` (numba backend: one call per corpus instead of one kernel
-        #: for all; the reference backend always keeps them).
+        #: for all; the reference backend always keeps them; matches with ``corpora=`` chosen
+        #: per request keep none).
         self.record_parts = False
         self._kernel_list = None  # numba backend: the automata as the match kernel takes them
         self._split = (0, config.budget)  # split() of the automata in _kernel_list
+        self._cp: tuple = ()  # the fused kernel's corpus parameters and scratch (numba)
+        self._cs: tuple = ()
+        self._walks: list = []
 
     # Management ------------------------------------------------------------------------
 
-    def add(self, corpus_id: Any, documents: Iterable[Any]) -> int:
+    def add(self, corpus_id: Any, documents: Iterable[Any], max_bytes: Any = None) -> int:
         cfg = self.config
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(
+                max_bytes, (int, np.integer)) or max_bytes < 1):
+            raise ValueError(f"max_bytes must be a positive int (bytes) or None, got "
+                             f"{max_bytes!r}")
         if not isinstance(corpus_id, str):
             raise TypeError(f"corpus_id must be a str, got {type(corpus_id).__name__} "
                             f"{corpus_id!r}")
@@ -351,7 +377,16 @@ class Corpora:
             raise ValueError(f"corpus {corpus_id!r} has {total} tokens but only {left} of "
                              f"external_corpus_max_tokens ({cap}) are left by the loaded "
                              f"corpora; remove one first")
+        # The bound: refused before building when even the fewest states and transitions a
+        # stream of this length makes would exceed it, else after building (nothing kept).
+        least = automaton_bytes(total + 1, total) + 4 * total
+        if max_bytes is not None and least > max_bytes:
+            raise ValueError(_over_bytes(corpus_id, f"at least {least}", max_bytes))
         automaton = self._build(stream)
+        size = automaton.nbytes() + 4 * total
+        if max_bytes is not None and size > max_bytes:
+            raise ValueError(_over_bytes(corpus_id, str(size), max_bytes))
+        self.streams[corpus_id] = np.ascontiguousarray(stream, dtype=np.int32)
         self.automata[corpus_id] = automaton
         self.tokens[corpus_id] = total
         self.order.insert(corpus_id)
@@ -374,12 +409,14 @@ class Corpora:
             raise KeyError(f"no corpus {corpus_id!r} is loaded (loaded: {loaded})")
         del self.automata[corpus_id]
         del self.tokens[corpus_id]
+        del self.streams[corpus_id]
         self.order.erase(corpus_id)
         self._kernel_list = None
 
     def clear(self) -> None:
         self.automata.clear()
         self.tokens.clear()
+        self.streams.clear()
         self.order.clear()
         self._kernel_list = None
 
@@ -387,9 +424,39 @@ class Corpora:
         """``{corpus_id: token_count}`` in SGLang's corpus order."""
         return {cid: self.tokens[cid] for cid in self.order}
 
+    def ordered_automata(self) -> list:
+        """The automata in SGLang's corpus order (the merge order)."""
+        return [self.automata[c] for c in self.order]
+
     def nbytes(self) -> dict[str, int]:
-        """Bytes held by each corpus's automaton (numba backend; 0 for the Python model)."""
+        """Bytes of each corpus's automaton in the engine's layout (both backends)."""
         return {cid: int(self.automata[cid].nbytes()) for cid in self.order}
+
+    def info(self) -> dict[str, dict[str, int]]:
+        """Per corpus, in SGLang's order: ``tokens`` (separators included) and ``bytes`` (the
+        automaton in the engine's layout and the token stream kept for saving)."""
+        return {cid: {"tokens": self.tokens[cid],
+                      "bytes": int(self.automata[cid].nbytes()) + 4 * self.tokens[cid]}
+                for cid in self.order}
+
+    # Persistence -----------------------------------------------------------------------
+
+    def export(self) -> dict[str, Any]:
+        """The corpus fields of :class:`~ngramspec._canonical.CanonicalContent`."""
+        order = self.order
+        return dict(corpus_ids=list(order), corpus_streams=[self.streams[c] for c in order],
+                    corpus_table=(order.bucket_count, order._next_resize))
+
+    def restore(self, ids: list[str], streams: list[np.ndarray],
+                table: tuple[int, int]) -> None:
+        """Rebuild saved corpora (checked by the file reader) into this empty collection, the
+        corpus table as it was (so that later adds land where they would have)."""
+        for cid, stream in zip(ids, streams):
+            self.automata[cid] = self._build(stream)
+            self.tokens[cid] = int(stream.size)
+            self.streams[cid] = stream
+        self.order.restore(ids, *table)
+        self._kernel_list = None
 
     # Matching --------------------------------------------------------------------------
 
@@ -411,34 +478,141 @@ class Corpora:
         return self.split()[0] > 0
 
     def match(self, backend, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
-              total_lens: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              total_lens: np.ndarray | None, selection: list | None = None,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The trie's tree with the reduced budget, then each corpus's merged in, in corpus
-        order; the same shapes as a trie-only match."""
+        order; the same shapes as a trie-only match.  ``selection`` (from
+        :meth:`check_selection`): per request, the corpora it draws from (None: all)."""
         cfg = self.config
-        per, trie_budget = self.split()
-        tokens, mask, num = backend.match(contexts, keys, total_lens, budget=trie_budget)
-        if self.backend == "numba" and not self.record_parts:
-            from .engine.sam import automata_list, match_corpora  # loaded: a dict lookup
+        if selection is not None and self.backend == "numba":
+            if not self.automata:  # every request chose none: the trie alone
+                return backend.match(contexts, keys, total_lens)
             if self._kernel_list is None:
-                self._split = (per, trie_budget)
-                self._kernel_list = automata_list([self.automata[c] for c in self.order])
-            return match_corpora(self._kernel_list, contexts, per, tokens, mask,
-                                 cfg.draft_token_num, max_depth=cfg.trie_depth,
-                                 min_breadth=cfg.min_bfs_breadth,
-                                 max_breadth=cfg.max_bfs_breadth,
-                                 prob=cfg.match_type == "PROB")
+                self._prepare_kernel(*self.split())
+            index = {cid: k for k, cid in enumerate(self.order)}
+            sel = np.zeros((len(contexts), len(index)), np.int32)
+            for b, chosen in enumerate(selection):
+                if chosen is None:
+                    sel[b] = 1
+                else:
+                    sel[b, [index[c] for c in chosen]] = 1
+            return backend.match_corpora(contexts, keys, total_lens, cfg.budget,
+                                         self._kernel_list, self._cp, self._cs, self._walks,
+                                         sel)
+        if selection is not None:  # the reference: request by request, each its own split
+            rows = [self._match_subset(backend, [ctx], None if keys is None else [keys[b]],
+                                       None if total_lens is None else total_lens[b:b + 1],
+                                       self.order if selection[b] is None else
+                                       [c for c in self.order if c in selection[b]])
+                    for b, ctx in enumerate(contexts)]
+            return (np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows]),
+                    np.concatenate([r[2] for r in rows]))
+        per, trie_budget = self.split()
+        if self.backend == "numba" and not self.record_parts:
+            if self._kernel_list is None:
+                self._prepare_kernel(per, trie_budget)
+            return backend.match_corpora(contexts, keys, total_lens, trie_budget,
+                                         self._kernel_list, self._cp, self._cs, self._walks)
+        return self._match_subset(backend, contexts, keys, total_lens, list(self.order),
+                                  record=True)
+
+    def _match_subset(self, backend, contexts, keys, total_lens, ids: list[str],
+                      record: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The readable path: the trie's tree for the split over ``ids``, then one merge per
+        corpus of ``ids`` (in the order given)."""
+        cfg = self.config
+        k = len(ids)
+        per = min(cfg.external_sam_budget, cfg.budget) // k if k else 0
+        if per == 0:
+            return backend.match(contexts, keys, total_lens)
+        tokens, mask, num = backend.match(contexts, keys, total_lens,
+                                          budget=cfg.budget - per * k)
         last = np.fromiter((int(c[-1]) for c in contexts), np.int32, len(contexts))
         if self.backend == "numba":
             from .engine import sam as impl
         else:
             from .reference import sam as impl  # type: ignore[no-redef]
         parts = [("", (tokens, mask))]
-        for cid in self.order:
+        for cid in ids:
             own = _draft_batch(self.automata[cid], contexts, per, cfg)
             parts.append((cid, own))
             tokens, mask, num = impl.merge_batch(last, cfg.draft_token_num, (tokens, mask), own)
-        self.last_parts = parts
+        if record:
+            self.last_parts = parts
         return tokens, mask, num
+
+    def check_selection(self, corpora: Any, count: int) -> list | None:
+        """``match(..., corpora=)`` checked: per request None (every loaded corpus) or a
+        frozenset of loaded corpus ids; a clear error naming the request otherwise."""
+        if corpora is None:
+            return None
+        if isinstance(corpora, (str, bytes)) or not isinstance(corpora, collections.abc.Sequence):
+            raise TypeError("corpora must be a sequence with one entry per context (a "
+                            "collection of corpus ids, or None for every loaded corpus), got "
+                            f"{type(corpora).__name__}")
+        if len(corpora) != count:
+            raise ValueError(f"corpora has {len(corpora)} entries for {count} contexts; give "
+                             "one per context")
+        if self.config.external_sam_budget == 0:
+            raise ValueError("corpora= chooses external corpora per request, but this cache "
+                             "has external_sam_budget 0 (no corpora)")
+        out: list = []
+        for i, chosen in enumerate(corpora):
+            if chosen is None:
+                out.append(None)
+                continue
+            if isinstance(chosen, (str, bytes)) or not isinstance(chosen,
+                                                                  collections.abc.Iterable):
+                raise TypeError(f"corpora[{i}] must be a collection of corpus ids or None, got "
+                                f"{type(chosen).__name__} {chosen!r}")
+            try:
+                ids = frozenset(chosen)
+            except TypeError:
+                raise TypeError(f"corpora[{i}] must hold corpus ids (str), got "
+                                f"{chosen!r}") from None
+            for cid in ids:
+                if cid not in self.automata:
+                    loaded = ", ".join(repr(c) for c in self.order) or "none"
+                    raise ValueError(f"corpora[{i}] names {cid!r}, which is not loaded "
+                                     f"(loaded: {loaded})")
+            out.append(ids)
+        return out
+
+    def _prepare_kernel(self, per: int, trie_budget: int) -> None:
+        """The fused kernel's inputs for the loaded corpora (rebuilt after every change)."""
+        from .engine.sam import automata_list, corpus_scratch, corpus_walks
+
+        cfg = self.config
+        automata = [self.automata[c] for c in self.order]
+        prob = cfg.match_type == "PROB"
+        self._split = (per, trie_budget)
+        self._cp = (int(per), int(cfg.draft_token_num), int(cfg.trie_depth),
+                    int(cfg.min_bfs_breadth), int(cfg.max_bfs_breadth), prob)
+        # Sized for any split a request's choice of corpora can make (one corpus: the most
+        # per corpus; the trie's row: the whole budget).
+        self._cs = corpus_scratch(min(cfg.external_sam_budget, cfg.budget), cfg.draft_token_num,
+                                  cfg.budget, cfg.trie_depth, cfg.max_bfs_breadth, prob,
+                                  max((a.max_kids for a in automata), default=1))
+        self._kernel_list = automata_list(automata)
+        # The walks of the last matches, per match-state row: valid for these automata only.
+        self._walks = [corpus_walks(1, cfg.trie_depth, len(automata))]
+
+
+def automaton_bytes(states: int, transitions: int) -> int:
+    """Bytes of an automaton with these counts in the engine's flat layout (see
+    :meth:`ngramspec.reference.sam.SuffixAutomaton.nbytes`).
+
+    Examples
+    --------
+    >>> automaton_bytes(1 + 1, 1)  # a one-token corpus: the root and one state, one edge
+    72
+    """
+    return 8 * (states + 1) + 16 * states + 16 * transitions
+
+
+def _over_bytes(corpus_id: str, size: str, max_bytes: int) -> str:
+    return (f"corpus {corpus_id!r} would take {size} bytes, more than max_bytes ({max_bytes}); "
+            "nothing loaded")
 
 
 def tree_paths(tokens: np.ndarray, mask: np.ndarray) -> set[tuple[int, ...]]:

@@ -6,8 +6,8 @@ under its lock and hands it here with the header fields; on loading, the backend
 itself from what :func:`read` returns.  This module knows the file, not the cache or its
 backends.
 
-File format (version 1)
------------------------
+File format (versions 1 and 2)
+------------------------------
 An uncompressed NumPy ``.npz`` archive (a zip of ``.npy`` members, each CRC-32 checked by
 zip), read with ``allow_pickle=False``.  Members:
 
@@ -33,6 +33,17 @@ zip), read with ``allow_pickle=False``.  Members:
     stateless 0.5.9 profile): SGLang's ``MatchState`` epoch, processed total length, number of
     suffix references and, for suffix length ``d``, ``state_refs[s, d - 1]`` = the node's
     index, -1 = absent, -2 = stale (the next match of that request rebuilds its state).
+
+Version 2 adds the external corpora (written only when corpora are loaded: a cache without
+any is written as version 1, which earlier ngramspec releases read too):
+
+``header``
+    also ``corpora``: ``[{"id": str, "tokens": int}, ...]`` in SGLang's corpus order, and
+    ``corpus_table``: ``[bucket count, next resize]`` of that order's table.
+``corpus_0``, ``corpus_1``, ...
+    int32, shape ``(tokens,)``: each corpus's token stream (documents joined by
+    ``INT32_MIN``), in the order of ``corpora``; listed in ``arrays`` like the others.  The
+    automata are rebuilt from them on loading.
 
 The content does not depend on the backend: slot numbers, version counters, growth and
 free-list history are not saved, only what decides future drafts.  A loaded cache therefore
@@ -64,11 +75,14 @@ from ._canonical import CanonicalContent
 from .config import NgramConfig
 from .errors import CacheFileError
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "CacheFileError", "SavedCache", "write", "read",
-           "in_id_order"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "READ_VERSIONS", "CacheFileError", "SavedCache", "write",
+           "read", "in_id_order"]
 
 FORMAT = "ngramspec-cache"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The versions :func:`read` accepts (1: no corpora).
+READ_VERSIONS = (1, 2)
+_SEPARATOR = -(2**31)
 
 # Member name -> (dtype, number of dimensions).
 _ARRAYS = {"node_token": ("<i4", 1), "node_parent": ("<i4", 1), "node_freq": ("<i4", 1),
@@ -133,6 +147,18 @@ def write(path: str | os.PathLike, content: CanonicalContent, *, config: NgramCo
                      for k in content.request_ids],
         arrays={name: dict(dtype=a.dtype.str, shape=list(a.shape), sha256=_sha256(a))
                 for name, a in arrays.items()})
+    if content.corpus_ids:
+        streams = {f"corpus_{i}": np.ascontiguousarray(a, dtype="<i4")
+                   for i, a in enumerate(content.corpus_streams)}
+        header.update(format_version=2,
+                      corpora=[dict(id=c, tokens=int(a.size))
+                               for c, a in zip(content.corpus_ids, streams.values())],
+                      corpus_table=[int(x) for x in content.corpus_table])
+        header["arrays"].update({name: dict(dtype=a.dtype.str, shape=list(a.shape),
+                                            sha256=_sha256(a)) for name, a in streams.items()})
+        arrays = dict(arrays, **streams)
+    else:  # no corpora: version 1, readable by earlier releases
+        header.update(format_version=1)
     members = dict(arrays, header=np.frombuffer(json.dumps(header).encode(), np.uint8))
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
@@ -176,7 +202,8 @@ def _read_members(path: str) -> dict[str, np.ndarray]:
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             names = list(npz.files)
-            unexpected = sorted(set(names) - set(_ARRAYS) - {"header"})
+            unexpected = sorted(n for n in set(names) - set(_ARRAYS) - {"header"}
+                                if not (n.startswith("corpus_") and n[7:].isdigit()))
             if unexpected:
                 raise _bad(path, f"unexpected members {unexpected}")
             return {name: npz[name] for name in names}
@@ -202,11 +229,13 @@ def _parse_header(path: str, members: dict[str, np.ndarray]) -> dict[str, Any]:
         raise _bad(path, "not an ngramspec cache file (header format is not "
                          f"{FORMAT!r})")
     version = header.get("format_version")
-    if version != FORMAT_VERSION:
-        raise _bad(path, f"format version {version!r}; this ngramspec reads version "
-                         f"{FORMAT_VERSION} (written by ngramspec "
+    if version not in READ_VERSIONS or isinstance(version, bool):
+        raise _bad(path, f"format version {version!r}; this ngramspec reads versions "
+                         f"{', '.join(map(str, READ_VERSIONS))} (written by ngramspec "
                          f"{header.get('library_version', '?')})")
     types = dict(config=dict, epoch=int, nodes=int, request_ids=list, arrays=dict)
+    if version >= 2:
+        types.update(corpora=list, corpus_table=list)
     for key, typ in types.items():
         if not isinstance(header.get(key), typ) or isinstance(header.get(key), bool):
             raise _bad(path, f"header field {key!r} is missing or not a {typ.__name__}")
@@ -296,6 +325,48 @@ def _check_arrays(path: str, header: dict[str, Any], members: dict[str, np.ndarr
     return arrays
 
 
+def _corpora(path: str, header: dict[str, Any], members: dict[str, np.ndarray],
+             config: NgramConfig) -> dict[str, Any]:
+    """The corpus fields of :class:`CanonicalContent` (none in version 1), checked."""
+    listed = header.get("corpora", []) if header["format_version"] >= 2 else []
+    names = sorted((n for n in members if n.startswith("corpus_")), key=lambda n: int(n[7:]))
+    if names != [f"corpus_{i}" for i in range(len(listed))]:
+        raise _bad(path, f"corpus members {names} do not match the {len(listed)} corpora of "
+                         "the header")
+    ids, streams = [], []
+    for i, item in enumerate(listed):
+        if not (isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]
+                and isinstance(item.get("tokens"), int) and not isinstance(item["tokens"], bool)):
+            raise _bad(path, f"malformed corpus entry {item!r}")
+        name = f"corpus_{i}"
+        a, info = members[name], header["arrays"].get(name)
+        if not isinstance(info, dict) or a.dtype.str != "<i4" or a.ndim != 1 \
+                or list(a.shape) != info.get("shape") or info.get("dtype") != "<i4":
+            raise _bad(path, f"array {name!r} has dtype {a.dtype.str} and shape {a.shape}; "
+                             "expected dtype <i4, 1-D, as listed")
+        if _sha256(a) != info.get("sha256"):
+            raise _bad(path, f"array {name!r} fails its sha256 checksum (corrupted)")
+        sep = a == _SEPARATOR
+        if a.size != item["tokens"] or a.size == 0 or sep[0] or sep[-1] \
+                or (sep[1:] & sep[:-1]).any():
+            raise _bad(path, f"corpus {item['id']!r}: its stream must hold {item['tokens']} "
+                             "tokens, non-empty documents joined by single separators")
+        ids.append(item["id"])
+        streams.append(np.ascontiguousarray(a, dtype=np.int32))
+    if len(set(ids)) != len(ids):
+        raise _bad(path, "corpus ids repeat")
+    if ids and config.external_sam_budget == 0:
+        raise _bad(path, "corpora are saved but the config's external_sam_budget is 0")
+    if sum(a.size for a in streams) > config.external_corpus_max_tokens:
+        raise _bad(path, "the corpora hold more tokens than external_corpus_max_tokens")
+    table = header.get("corpus_table", [1, 0]) if header["format_version"] >= 2 else [1, 0]
+    if not (len(table) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                    for x in table) and table[0] >= 1 and table[1] >= 0
+            and table[0] >= len(ids) and table[1] in (0, table[0])):
+        raise _bad(path, f"malformed corpus_table {table!r}")
+    return dict(corpus_ids=ids, corpus_streams=streams, corpus_table=(table[0], table[1]))
+
+
 def _request_ids(path: str, header: dict[str, Any]) -> list:
     keys = []
     for item in header["request_ids"]:
@@ -335,5 +406,7 @@ def read(path: str | os.PathLike, *, config: NgramConfig | None = None) -> Saved
                          + ", ".join(f"{k}: {v[0]!r} vs {v[1]!r}" for k, v in diff.items()))
     arrays = _check_arrays(path, header, members, file_config)
     keys = _request_ids(path, header)
-    content = CanonicalContent(epoch=header["epoch"], request_ids=keys, **arrays)
+    corpora = _corpora(path, header, members, file_config)
+    content = CanonicalContent(epoch=header["epoch"], request_ids=keys,
+                               **{k: v for k, v in arrays.items() if k in _ARRAYS}, **corpora)
     return SavedCache(file_config, header.get("saved_by_backend"), content)

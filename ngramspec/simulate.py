@@ -289,8 +289,8 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         Called now and then with output tokens replayed so far and in total.
     corpora : mapping of corpus id to documents, optional
         External corpora loaded before the traffic (needs ``config.external_sam_budget > 0``;
-        see :meth:`~ngramspec.NgramCache.add_corpus`).  Replayed step by step through a
-        :class:`~ngramspec.Drafter` (the compiled loop has no corpora yet).
+        see :meth:`~ngramspec.NgramCache.add_corpus`), in SGLang's merge order whatever the
+        mapping's order.  The compiled loop drafts from them as the cache does.
     costs : CostTable or CostModel, optional
         Required with ``min_expected_accept="auto"`` (refused otherwise): the step costs
         the tree sizes are chosen from, at each step's batch size.
@@ -329,11 +329,11 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     # More requests decoded together than there are requests changes nothing.
     concurrency = min(int(concurrency), len(rows))
     ids = [r["id"] for r in rows]
-    if backend == "numba" and not corpora:  # the compiled replay has no corpora yet
+    if backend == "numba":
         from .engine.replay import replay  # imports numba: only when simulating
 
         out = replay(prompts, outputs, config, concurrency=concurrency, progress=progress,
-                     costs=costs)
+                     costs=costs, corpora=_automata(config, corpora))
         emitted, drafts, cpu, batch_steps, wall = (out.emitted, out.drafts, out.draft_seconds,
                                                    out.batch_steps, out.wall_seconds)
     else:
@@ -346,6 +346,22 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         output_lens=np.asarray([o.size for o in outputs], np.int64),
         emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
         batch_steps=batch_steps)
+
+
+def _automata(config: NgramConfig, corpora: Mapping[str, Any] | None) -> list:
+    """The corpora's automata in SGLang's merge order, checked and built as
+    :meth:`~ngramspec.NgramCache.add_corpus` does (the same errors)."""
+    if corpora is not None and not isinstance(corpora, Mapping):
+        raise TypeError(f"corpora must be a mapping of corpus id to documents, got "
+                        f"{type(corpora).__name__}")
+    if not corpora:
+        return []
+    from .cache import NgramCache
+
+    cache = NgramCache(config=config.replace(capacity=config.trie_depth + 1))
+    for corpus_id, documents in corpora.items():
+        cache.add_corpus(corpus_id, documents)
+    return cache._corpora.ordered_automata()
 
 
 def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.ndarray:

@@ -191,7 +191,7 @@ def test_wrong_version_missing_members_wrong_config(saved, tmp_path):
     cache, path = saved
     bad = tmp_path / "bad.npz"
     cases = [
-        (dict(header=lambda h: h.update(format_version=2)), "format version 2"),
+        (dict(header=lambda h: h.update(format_version=3)), "format version 3"),
         (dict(header=lambda h: h.update(format="something-else")), "not an ngramspec cache"),
         (dict(header=lambda h: h.pop("config")), "'config' is missing"),
         (dict(header=lambda h: h["config"].update(future_option=3)), "future_option"),

@@ -142,3 +142,42 @@ def test_last_parts_hold_the_merged_trees(backend):
     corpus = tree_paths(parts[1][1][0][0], parts[1][1][1][0])
     assert (trie, corpus) == ({(3,), (3, 4)}, {(5,)})
     assert tree_paths(d.tokens[0], d.mask[0]) == trie | corpus
+
+
+# --- the compiled replay with corpora ---------------------------------------------------------
+
+_REPLAY_CASES = [
+    (dict(external_sam_budget=4), 1, ("prompts",)),
+    (dict(external_sam_budget=4, match_type="PROB"), 3, ("prompts", "outputs")),
+    (dict(external_sam_budget=6, draft_token_num=8, max_trie_depth=6), 4,
+     ("prompts", "outputs", "both")),
+    (dict(external_sam_budget=2, draft_token_num=6), 2, ("prompts", "outputs", "both")),  # per 0
+    (dict(external_sam_budget=3, index_prompt=True), 2, ("outputs",)),
+    (dict(external_sam_budget=3, exact_counts=True, capacity=400), 3, ("prompts", "outputs")),
+    (dict(external_sam_budget=5, capacity=60, max_trie_depth=5, match_type="PROB"), 2,
+     ("outputs", "prompts")),
+]
+
+
+@pytest.mark.parametrize("kw, concurrency, names", _REPLAY_CASES)
+def test_compiled_replay_with_corpora_equals_the_drafter(rows, kw, concurrency, names):
+    """The compiled replay with corpora loaded before the traffic = the Drafter replay (the
+    same cache, step by step), per request and per step: tokens emitted, draft sizes, batch
+    steps."""
+    from ngramspec.simulate import _replay_stepwise
+
+    cfg = ns.NgramConfig(**kw)
+    sources = {"prompts": [r["prompt_ids"] for r in rows],
+               "outputs": [r["output_ids"][::2] for r in rows],
+               "both": [r["prompt_ids"][-50:] + r["output_ids"][:40] for r in rows]}
+    corpora = {name: sources[name] for name in names}
+    fast = ns.simulate(rows, config=cfg, corpora=corpora, concurrency=concurrency)
+    prompts = [np.asarray(r["prompt_ids"], np.int32) for r in rows]
+    outputs = [np.asarray(r["output_ids"], np.int32) for r in rows]
+    emitted, drafts, _, steps, _ = _replay_stepwise(
+        prompts, outputs, cfg, concurrency, "numba", [r["id"] for r in rows], None, corpora)
+    assert fast.batch_steps == steps
+    for a, b in zip(fast.emitted, emitted):
+        assert_array_equal(a, b)
+    for a, b in zip(fast.drafts, drafts):
+        assert_array_equal(a, b)

@@ -15,6 +15,7 @@ from .tree import (BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, 
                    scratch_sizes)
 from .adaptive import (adaptive_scratch, choose_cap, draft_adaptive, draft_adaptive_saved,
                        layout_prefix)
+from .sam import corpus_row, corpus_scratch_in
 from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel
 
 __all__ = ["EngineBackend"]
@@ -61,6 +62,65 @@ def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, 
                               sc.a_depths)
         out_num[b] = _draft(ctx, count, mmd, mmd, params, t, sc, bucket_counts, out_tokens[b],
                             out_mask[b])
+
+
+@jit
+def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params, trie, states,
+                        bucket_counts, buf, automata, cp, cs, walks, sel, sam_budget,
+                        out_tokens, out_mask, out_num):
+    """:func:`match_batch` with external corpora (spec §3.6.7), one call per batch: per
+    request the trie's tree with the reduced budget ``params[3]``, drafted into ``cs``'s trie
+    row, then every corpus's tree merged in
+    (:func:`~ngramspec.engine.sam.corpus_row`; ``automata``, ``cp``, ``cs``, ``walks`` as it
+    takes them; stateless matching uses no walk row).
+
+    ``sel`` (int32, requests x corpora; no columns: every request draws from every corpus):
+    request ``b`` draws from the corpora ``k`` with ``sel[b, k] != 0`` only, split as SGLang
+    splits over the loaded corpora (``sam_budget``: ``external_sam_budget``): per corpus
+    ``min(sam_budget, n - 1) // k_b``, the trie the rest, the trie alone with the whole
+    budget when that is 0 or no corpus is chosen."""
+    t = Trie(*trie)
+    st = States(*states)
+    cs = corpus_scratch_in(cs)
+    max_depth, min_b, max_b, budget, prob_mode = params
+    full = cp[1] - 1
+    sc = scratch_in(buf, budget, max_depth, max_b)
+    mmd = max(1, max_depth - 1)
+    per = cp[0]
+    tb = budget
+    selecting = sel.shape[1] > 0
+    row_sel = sel[0]
+    for b in range(offsets.size - 1):
+        ctx = flat[offsets[b]:offsets[b + 1]]
+        row = state_rows[b]
+        total = total_lens[b]
+        if stateless:
+            st.epoch[row] = 0
+            st.ptl[row] = 0
+            st.n[row] = 0
+            total = ctx.size
+        count = match_anchors(ctx, total, row, max_depth, t, st, sc.m_scratch, sc.a_nodes,
+                              sc.a_depths)
+        if selecting:
+            row_sel = sel[b]
+            chosen = 0
+            for k in range(row_sel.size):
+                if row_sel[k] != 0:
+                    chosen += 1
+            per = min(sam_budget, full) // chosen if chosen else 0
+            tb = full - per * chosen if per else full
+            sc = scratch_in(buf, tb, max_depth, max_b)
+        if per == 0:  # no corpus for this request: the trie alone, as without corpora
+            out_num[b] = _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, full, prob_mode),
+                                t, sc, bucket_counts, out_tokens[b], out_mask[b])
+            continue
+        m = tb + 1
+        p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
+        _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, tb, prob_mode), t, sc,
+               bucket_counts, p_tokens, p_mask)
+        out_num[b] = corpus_row(ctx, automata, cp, cs, per, row_sel, p_tokens, p_mask,
+                                out_tokens[b], out_mask[b], walks, -1 if stateless else row,
+                                total)
 
 
 @jit
@@ -132,6 +192,8 @@ class EngineBackend:
         self._buf = tuple(np.empty(k, dt) for k, dt in zip(sizes, (np.int32, np.int64,
                                                                      np.float64)))
         self._match_entry = None
+        self._corpus_entry = None  # match_batch_corpora's entry point
+        self._no_sel = np.zeros((1, 0), np.int32)  # match_batch_corpora: no selection
 
     # Match states ------------------------------------------------------------------------
 
@@ -229,6 +291,49 @@ class EngineBackend:
         kernel = self._match_entry
         if kernel is None:
             kernel = self._match_entry = entry_point(match_batch, *args)
+        kernel(*args)
+        return tokens, mask, num
+
+    def match_corpora(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
+                      total_lens: np.ndarray | None, budget: int, automata, cp: tuple,
+                      cs: tuple, walks: list, sel: np.ndarray | None = None,
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`match` with external corpora in the same kernel call
+        (:func:`match_batch_corpora`): the trie part with ``budget`` nodes, then the corpora
+        (``automata``, ``cp``, ``cs``: see :func:`~ngramspec.engine.sam.corpus_row`) merged
+        in.  ``walks``: a one-item list holding the corpus walk rows
+        (:func:`~ngramspec.engine.sam.corpus_walks`), grown here with the match states.
+        ``sel``: per request, the corpora it draws from (see the kernel; None: all).
+        Profile ``sglang-0.5.23`` only."""
+        n = cp[1]
+        b = len(contexts)
+        flat, offsets = _pack(contexts)
+        tokens = np.empty((b, n), np.int32)
+        mask = np.empty((b, n, n), np.bool_)
+        num = np.empty(b, np.int32)
+        if keys is None:
+            rows = np.zeros(b, np.int64)
+            lens = rows
+        else:
+            rows = self._rows_of(keys)
+            lens = _plain(np.asarray(total_lens, np.int64))
+        params = self._params[:3] + (int(budget),) + self._params[4:]
+        w = walks[0]
+        if w[1].size < self.states[0].size:
+            from .sam import corpus_walks
+
+            grown = corpus_walks(self.states[0].size, w[0].shape[1], w[3].shape[1])
+            for new, old in zip(grown, w):
+                new[:old.shape[0]] = old
+            w = walks[0] = grown
+        if sel is None:
+            sel = self._no_sel
+        args = (flat, offsets, rows, lens, keys is None, params, self.trie.bundle, self.states,
+                BUCKET_COUNTS, self._buf, automata, cp, cs, w, sel,
+                int(self.config.external_sam_budget), tokens, mask, num)
+        kernel = self._corpus_entry
+        if kernel is None:
+            kernel = self._corpus_entry = entry_point(match_batch_corpora, *args)
         kernel(*args)
         return tokens, mask, num
 

@@ -46,6 +46,7 @@ from .._jit import jit, jit_inline
 from ..config import NgramConfig
 from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .match import States, match_anchors, new_states, window_anchors
+from .sam import corpus_scratch_in, draft_with_corpora, replay_corpora
 from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
                    TrieArrays, _g_push_back, _g_push_front, _g_unlink, _ht_put,
@@ -270,7 +271,7 @@ def _in_use(t):
 
 @jit
 def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run, per_req, out,
-                  bucket_counts, max_steps, cal, costs, rate):
+                  bucket_counts, max_steps, cal, costs, rate, corpora):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached), NEED_ROOM or (with
     ``loop[L_MORE]`` set, for :func:`replay_stream`) NEED_REQUESTS.
 
@@ -291,6 +292,9 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree).  NEED_ROOM sets
     ``need[0]`` (shared trie) or ``need[1 + slot]`` (a slot's own trie) to the node slots that
     trie must have allocated before the next call.
+
+    ``corpora``: external corpora (:func:`~ngramspec.engine.sam.replay_corpora`; a per-corpus
+    budget of 0: none), drafted and merged as ``NgramCache.match`` does.
     """
     p_flat, p_off, o_flat, o_off = streams
     loop, run_req, run_row, free_rows, fin_req, l_mode, l_clock, need = run
@@ -321,6 +325,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     n = budget + 1
     # Work arrays of the match and tree kernels (the backend's), allocated once per call.
     sc = new_scratch(budget, depth, max_b)
+    c_scratch = corpus_scratch_in(corpora[2])  # external corpora's work arrays
     asc = adaptive_scratch(budget, depth)
     a_params = (depth, budget, fcfg[0], fcfg[1], fcfg[2], fcfg[3])
     out_tokens = np.empty(n, np.int32)
@@ -514,13 +519,19 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                                           sc.a_nodes, sc.a_depths)
                 else:
                     count = window_anchors(ctx, min_w, max_w, t, sc.a_nodes, sc.a_depths)
-                if mode == MODE_PROB:
+                if corpora[1][0] > 0:  # external corpora (stateful profile only)
+                    used = draft_with_corpora(ctx, count, row, total, mode == MODE_PROB, bfs_top,
+                                              bfs_steps, min_b, max_b, t, sc, bucket_counts,
+                                              corpora, c_scratch, out_tokens, out_mask)
+                    parents = c_scratch[9]
+                elif mode == MODE_PROB:
                     used = build_prob(count, budget, max_b, t, sc, bucket_counts)
                 else:
                     used = build_bfs_scheduled(count, budget, bfs_top, bfs_steps, min_b, max_b,
                                                t, sc, bucket_counts)
-                fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
-                parents = sc.slot_parent
+                if corpora[1][0] == 0:
+                    fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
+                    parents = sc.slot_parent
             # Greedy verify along the recording: rec = output[out_len:].
             rec = o_off[r] + out_len[r]
             left = o_off[r + 1] - rec
@@ -688,7 +699,7 @@ def _config_arrays(config: NgramConfig, concurrency: int) -> tuple[np.ndarray, n
 
 def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config: NgramConfig,
            *, concurrency: int, progress: ProgressFn | None = None,
-           costs: object = None) -> ReplayOutput:
+           costs: object = None, corpora: Sequence = ()) -> ReplayOutput:
     """Replay the serving loop of :mod:`ngramspec.simulate` over recorded streams, compiled.
 
     Parameters
@@ -703,6 +714,9 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
         Called now and then with output tokens replayed so far and in total.
     costs : CostTable or CostModel, optional
         The step costs of ``min_expected_accept="auto"`` (required there).
+    corpora : sequence of FlatAutomaton, optional
+        External corpora loaded before the traffic, in SGLang's merge order
+        (``NgramCache.corpora()`` order), built for ``config``'s match type.
 
     Returns
     -------
@@ -784,6 +798,14 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     streams = (p_flat, p_off, o_flat, o_off)
     total_tokens = int(o_off[-1])
     chunk = _CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max
+    # External corpora: SGLang's budget split (spec §3.6.7), the same for the whole run.
+    k = len(corpora)
+    per = min(config.external_sam_budget, config.budget) // k if k else 0
+    corpus_args = replay_corpora(list(corpora) if per else [], per,
+                                 config.budget - per * k if per else config.budget,
+                                 n=n, max_depth=depth, min_breadth=config.min_bfs_breadth,
+                                 max_breadth=config.max_bfs_breadth,
+                                 prob=config.match_type == "PROB", rows=rows)
     first = True  # the first call runs nothing (max_steps 0): it compiles or loads the kernel
     cpu = wall = 0.0
     while True:
@@ -791,7 +813,7 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
         w0 = time.perf_counter()
         code = replay_kernel(streams, cfg, fcfg, trie.bundle, local_list, states, (pcw, pcc),
                              run, per_req, out, BUCKET_COUNTS, 0 if first else chunk, cal,
-                             cost_rows, rate)
+                             cost_rows, rate, corpus_args)
         if first:
             first = False
         else:
@@ -921,6 +943,10 @@ def replay_stream(requests: Iterable[tuple[np.ndarray, np.ndarray]], config: Ngr
     cost_rows = (np.zeros((0, n), np.float64) if costs is None
                  else cost_matrix(costs, conc, n))
     rate = np.zeros(2, np.float64)
+    no_corpora = replay_corpora([], 0, config.budget, n=n, max_depth=depth,
+                                min_breadth=config.min_bfs_breadth,
+                                max_breadth=config.max_bfs_breadth,
+                                prob=config.match_type == "PROB", rows=1)
     trie = TrieArrays(config.capacity)
     local = ([TrieArrays(config.capacity) for _ in range(conc)] if config.local_index
              else [TrieArrays(2, initial=2)])
@@ -1030,7 +1056,7 @@ def replay_stream(requests: Iterable[tuple[np.ndarray, np.ndarray]], config: Ngr
         w0 = time.perf_counter()
         code = replay_kernel(streams, cfg, fcfg, trie.bundle, local_list, states, (pcw, pcc),
                              run, per_req, out, BUCKET_COUNTS, 0 if first else max_steps, cal,
-                             cost_rows, rate)
+                             cost_rows, rate, no_corpora)
         if first:
             first = False
         else:

@@ -14,22 +14,28 @@ An automaton (:class:`FlatAutomaton`) is a handful of arrays, built once per cor
 
 While building, transitions live in edge lists plus an open-addressing hash table keyed by
 ``(state, token)``, both dropped once the arrays above are made.  The draft trees keep their
-children in libstdc++ ``unordered_map`` order (the same model as :mod:`ngramspec.engine.tree`,
-kept here on its own so that the corpus kernels do not depend on the trie kernels' bundles).
+children in libstdc++ ``unordered_map`` order (:mod:`ngramspec.engine.tree`'s model and layout).
+
+Matching: :func:`corpus_row` is one request's corpus part (every corpus's tree merged in turn
+into the trie's), called per request by the backend's fused kernel
+(``engine.backend.match_batch_corpora``) and by the compiled replay
+(:func:`draft_with_corpora`); it continues each row's last walk through the automata when the
+window allows it (see its docstring).
 """
 
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import Sequence
 
 import numpy as np
 
 from .._jit import jit
-from .tree import BUCKET_COUNTS, fill_layout
+from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_layout, fill_result
 from .tree import _map_get as map_get, _map_insert as map_insert
 
-__all__ = ["FlatAutomaton", "merge_batch", "match_corpora", "automata_list", "SEPARATOR"]
+__all__ = ["FlatAutomaton", "merge_batch", "automata_list", "corpus_row",
+           "corpus_scratch", "corpus_scratch_in", "corpus_walks", "draft_with_corpora",
+           "replay_corpora", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
 _SMALL = 16  # child ranges up to this size are sorted in place
@@ -272,12 +278,10 @@ def _n_kids(s, off, l_tok):
 
 
 @jit
-def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
-    """§3.6.4: the longest suffix of the last ``max_depth`` tokens found in the corpus, then
-    its suffix links; states with children only.  Returns the anchor count."""
-    s = 0
-    m = 0
-    start = max(0, ctx.size - max_depth)
+def _extend(ctx, start, s, m, off, l_tok, l_dst, length, link):
+    """The matching walk of §3.6.4 from ``(s, m)`` over ``ctx[start:]``: afterwards the
+    longest suffix found in the corpus has length ``m`` and lies in state ``s``
+    (``length[link[s]] < m <= length[s]``, or ``s = m = 0``)."""
     for i in range(start, ctx.size):
         t = ctx[i]
         nxt = _lookup(s, t, off, l_tok, l_dst)
@@ -291,6 +295,13 @@ def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
         else:
             s = 0
             m = 0
+    return s, m
+
+
+@jit
+def _chain(s, m, off, l_tok, length, link, a_state, a_len):
+    """The anchors of a walk's end ``(s, m)``: that state, then its suffix links; states with
+    children only.  Returns the anchor count."""
     count = 0
     while s > 0 and m > 0:
         if _n_kids(s, off, l_tok) > 0:
@@ -302,6 +313,14 @@ def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
             break
         m = min(m, length[s])
     return count
+
+
+@jit
+def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
+    """§3.6.4: the longest suffix of the last ``max_depth`` tokens found in the corpus, then
+    its suffix links; states with children only.  Returns the anchor count."""
+    s, m = _extend(ctx, max(0, ctx.size - max_depth), 0, 0, off, l_tok, l_dst, length, link)
+    return _chain(s, m, off, l_tok, length, link, a_state, a_len)
 
 
 @jit
@@ -556,89 +575,282 @@ def _merge_kernel(last_tokens, n, p_tokens, p_mask, s_tokens, s_mask, out_tokens
 
 
 @jit
-def _match_kernel(flat, offsets, automata, per, n, max_depth, min_b, max_b, prob, p_tokens,
-                  p_mask):
-    """Every corpus's tree (``per`` nodes each), merged in list order into the trie's
-    (``p_tokens``/``p_mask``) for each request: SGLang's ``batchMatch`` after the trie part.
-    Returns tokens ``(B, n)``, masks and node counts."""
-    out_tokens = np.empty((offsets.size - 1, n), np.int32)
-    out_mask = np.empty((offsets.size - 1, n, n), np.bool_)
-    out_num = np.empty(offsets.size - 1, np.int32)
+def _layout(n, tree, q_idx, out_tok, out_par):
+    """The slot order of :func:`_fill` (SGLang's ``fillResult``) without the mask: each slot's
+    token and parent slot, padding (token 0 under the root) up to ``n`` slots.  Trees merged
+    again need no more: a slot's parent is the largest ancestor the mask would show."""
+    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
+    out_par[0] = -1
+    count = 1
+    head = 0
+    tail = 0
+    cur = t_head[0]
+    while cur != -1:
+        q_idx[tail] = cur
+        out_par[tail + 1] = 0
+        tail += 1
+        cur = t_next[cur]
+    while head < tail:
+        idx = q_idx[head]
+        head += 1
+        out_tok[count] = t_tok[idx]
+        ch = t_head[idx]
+        while ch != -1:
+            q_idx[tail] = ch
+            out_par[tail + 1] = count
+            tail += 1
+            ch = t_next[ch]
+        count += 1
+    for i in range(count, n):
+        out_tok[i] = 0
+        out_par[i] = 0
+
+
+@jit
+def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup):
+    """Insert the leaf paths of a tree laid out as tokens and parent slots (``m`` slots,
+    parents before children) in slot order, as :func:`_insert_leaf_paths` does, walking each
+    slot once: ``new_idx`` maps a slot to its node once inserted or found, so a leaf only adds
+    its ancestors that are not there yet.  ``lookup=False``: the tree is empty (siblings have
+    distinct tokens, so nothing is found).  Returns the new cursor."""
+    if m <= 1:
+        return cursor
+    for i in range(m):
+        is_parent[i] = False
+        new_idx[i] = -1
+    new_idx[0] = 0
+    for i in range(1, m):
+        is_parent[par[i]] = True
+    for i in range(1, m):
+        if is_parent[i] or cursor >= n:
+            continue
+        if par[i] == 0 and tok[i] == 0:
+            continue  # padding, or a real depth-1 token-0 leaf: dropped as SGLang does
+        k = 0
+        j = i
+        while new_idx[j] == -1:
+            chain[k] = j
+            k += 1
+            j = par[j]
+        at = new_idx[j]
+        for r in range(k - 1, -1, -1):
+            slot = chain[r]
+            t = tok[slot]
+            if lookup:
+                pos = _map_get(at, t, tree)
+                if pos != -1:
+                    new_idx[slot] = pos
+                    at = pos
+                    continue
+            if cursor >= n:
+                break  # a path cut here stays cut: its slots keep new_idx -1
+            _map_insert(at, cursor, t, tree, order)
+            new_idx[slot] = cursor
+            at = cursor
+            cursor += 1
+    return cursor
+
+
+def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_breadth: int,
+                   prob: bool, max_kids: int) -> tuple:
+    """Work arrays of :func:`corpus_row` (``per`` nodes per corpus tree at most, ``n`` merged
+    slots, the trie's ``trie_budget + 1`` slots at most), allocated once per corpus set and
+    reused: four flat buffers and their sizes, which :func:`corpus_scratch_in` slices (a
+    kernel call then unboxes five arrays, not thirty)."""
     m = per + 1
-    # Scratch: one corpus tree (m slots) and the merged tree (n slots).
-    c_tree = _new_tree(m)
-    c_order = np.empty(m + 1, np.int32)
-    c_parent = np.empty(m, np.int32)
-    c_tokens = np.empty(m, np.int32)
-    c_mask = np.empty((m, m), np.bool_)
-    tree = _new_tree(n)
-    order = np.empty(n + 1, np.int32)
-    slot_parent = np.empty(n, np.int32)
-    big = max(n, p_tokens.shape[1])
-    parent = np.empty(big, np.int32)
-    is_parent = np.empty(big, np.bool_)
-    path = np.empty(big, np.int32)
-    a_state = np.empty(max_depth + 1, np.int32)
-    a_len = np.empty(max_depth + 1, np.int32)
-    q_par = np.empty(m + 1, np.int32)
-    q_breadth = np.empty(m + 1, np.float64)
-    q_state = np.empty(m + 1, np.int32)
-    kids = 1
-    for k in range(len(automata)):
-        kids = max(kids, automata[k][8])
-    top_k = min(max_b, kids)
-    heap_cap = top_k * (max_depth + 1) * (2 * m + 2) + 1 if prob else 1
-    h_p = np.empty(heap_cap, np.float64)
-    h_par = np.empty(heap_cap, np.int32)
-    h_tok = np.empty(heap_cap, np.int32)
-    h_state = np.empty(heap_cap, np.int32)
-    for b in range(offsets.size - 1):
-        ctx = flat[offsets[b]:offsets[b + 1]]
-        last = ctx[ctx.size - 1]
-        first = True
-        cursor = 1
-        for k in range(len(automata)):
-            off, l_tok, l_dst, c_tok, c_dst, length, link, occ, _ = automata[k]
-            count = _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len)
-            if prob:
-                _prob(a_state, count, per, max_b, off, c_tok, c_dst, l_tok, occ, c_tree, c_order,
-                      h_p, h_par, h_tok, h_state)
-            else:
-                _bfs(a_state, a_len, count, per, max_depth, min_b, max_b, off, c_tok, c_dst,
-                     l_tok, c_tree, c_order, q_par, q_breadth, q_state)
-            _fill(last, m, c_tree, c_order, c_parent, c_tokens, c_mask)
-            # The merge reads both trees before it writes the row, so the row can be primary.
-            _tree_reset(tree)
-            if first:
-                cursor = _insert_leaf_paths(p_tokens[b], p_mask[b], tree, order, parent,
-                                            is_parent, path, 1, n)
-            else:
-                cursor = _insert_leaf_paths(out_tokens[b], out_mask[b], tree, order, parent,
-                                            is_parent, path, 1, n)
-            cursor = _insert_leaf_paths(c_tokens, c_mask, tree, order, parent, is_parent, path,
-                                        cursor, n)
-            _fill(last, n, tree, order, slot_parent, out_tokens[b], out_mask[b])
-            first = False
-        out_num[b] = cursor - 1
-    return out_tokens, out_mask, out_num
+    big = max(n, trie_budget + 1)
+    top_k = min(max_breadth, max(1, max_kids))
+    heap = top_k * (max_depth + 1) * (2 * m + 2) + 1 if prob else 1
+    t1 = trie_budget + 1
+    dims = np.array([m, n, t1, big, max_depth + 1, heap], np.int64)
+    n32 = t1 + 4 * m + (m + 1) + 2 * m + 4 * n + (n + 1) + 4 * big + 2 * (max_depth + 1) \
+        + 2 * (m + 1) + 3 * heap
+    return (np.zeros(n32, np.int32), np.zeros(m + n, np.int64), np.zeros(m + 1 + heap),
+            np.zeros(t1 * t1 + big, np.bool_), dims)
 
 
-def match_corpora(automata, contexts: Sequence[np.ndarray], per: int, trie_tokens: np.ndarray,
-                  trie_mask: np.ndarray, n: int, *, max_depth: int, min_breadth: int,
-                  max_breadth: int, prob: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One kernel call for a batch: every automaton of ``automata`` (a list from
-    :func:`automata_list`, in merge order) drafts ``per`` nodes and is merged in turn into the
-    trie's result (C-contiguous ``trie_tokens``/``trie_mask``).  Tokens ``(B, n)``, masks and
-    node counts."""
-    if len(contexts) == 1:  # the common serving case, without list arithmetic
-        flat = np.ascontiguousarray(contexts[0])
-        offsets = np.array([0, flat.size], np.int64)
+@jit
+def corpus_scratch_in(bufs):
+    """The named work arrays of :func:`corpus_row`, slices of :func:`corpus_scratch`'s
+    buffers (the trie row ``cs[0]``/``cs[1]`` first, the result's slot parents ``cs[9]``)."""
+    b32, b64, bf, bb, dims = bufs
+    m, n, t1, big, d1, heap = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]
+    at = 0
+    p_tok = b32[at:at + t1]
+    at += t1
+    c_tree = (b32[at:at + m], b32[at + m:at + 2 * m], b32[at + 2 * m:at + 3 * m],
+              b32[at + 3 * m:at + 4 * m], b64[:m])
+    at += 4 * m
+    c_order = b32[at:at + m + 1]
+    at += m + 1
+    c_tok, c_par = b32[at:at + m], b32[at + m:at + 2 * m]
+    at += 2 * m
+    tree = (b32[at:at + n], b32[at + n:at + 2 * n], b32[at + 2 * n:at + 3 * n],
+            b32[at + 3 * n:at + 4 * n], b64[m:m + n])
+    at += 4 * n
+    order = b32[at:at + n + 1]
+    at += n + 1
+    r_tok, r_par = b32[at:at + big], b32[at + big:at + 2 * big]
+    new_idx, chain = b32[at + 2 * big:at + 3 * big], b32[at + 3 * big:at + 4 * big]
+    at += 4 * big
+    a_state, a_len = b32[at:at + d1], b32[at + d1:at + 2 * d1]
+    at += 2 * d1
+    q_par, q_state = b32[at:at + m + 1], b32[at + m + 1:at + 2 * m + 2]
+    at += 2 * m + 2
+    h_par, h_tok, h_state = (b32[at:at + heap], b32[at + heap:at + 2 * heap],
+                             b32[at + 2 * heap:at + 3 * heap])
+    q_breadth, h_p = bf[:m + 1], bf[m + 1:m + 1 + heap]
+    p_mask = bb[:t1 * t1].reshape((t1, t1))
+    is_parent = bb[t1 * t1:t1 * t1 + big]
+    return (p_tok, p_mask, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent,
+            new_idx, chain, a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok,
+            h_state)
+
+
+def corpus_walks(rows: int, max_depth: int, corpora: int) -> tuple:
+    """Per match-state row, the last corpus walk: its window (the context's last
+    ``max_depth`` tokens), the window's length, the total length it was sent with (-1: none),
+    and per corpus the walk's end ``(s, m)`` (:func:`corpus_row`)."""
+    return (np.zeros((rows, max_depth), np.int32), np.zeros(rows, np.int64),
+            np.full(rows, -1, np.int64), np.zeros((rows, corpora), np.int32),
+            np.zeros((rows, corpora), np.int32))
+
+
+@jit
+def _walk_start(ctx, max_depth, walks, row, total):
+    """How many of the window's tokens a walk may skip: ``keep`` when the window
+    ``ctx[-max_depth:]`` is the last ``keep`` tokens of the row's last window followed by the
+    ``total - last total`` tokens appended since, else -1.  The check is on content, so a
+    stale or foreign row is only reused when its walk is the walk of these very tokens."""
+    w_tok, w_len, w_tot = walks[0], walks[1], walks[2]
+    if w_tot[row] < 0:
+        return -1
+    size = min(ctx.size, max_depth)
+    keep = size - (total - w_tot[row])
+    if keep < 0 or keep > size or keep > w_len[row]:
+        return -1
+    base = ctx.size - size
+    old = w_len[row] - keep
+    for i in range(keep):
+        if ctx[base + i] != w_tok[row, old + i]:
+            return -1
+    return keep
+
+
+@jit
+def corpus_row(ctx, automata, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_mask, walks,
+               row, total):
+    """One request's corpus part of SGLang's ``batchMatch`` (§3.6.7): each corpus of
+    ``automata`` (merge order) drafts ``per`` nodes, merged in turn into the trie's laid-out
+    tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result fills
+    ``out_tokens``/``out_mask`` (``n`` slots).  ``cp``: ``(per, n, max_depth, min_b, max_b,
+    prob)`` (this call's per-corpus budget is ``per``); ``cs``: :func:`corpus_scratch`;
+    ``sel``: the corpora this request draws from (``sel[k] != 0``; empty: all, and at least
+    one is chosen).  Returns the drafted node count.  Between merges the trees stay as tokens
+    and parent slots; only the last one writes a mask.
+
+    ``walks`` (:func:`corpus_walks`; ``row`` < 0: none): SGLang walks the last
+    ``max_depth`` tokens through every automaton on each match; a walk's end depends only on
+    those tokens, so when the row's last window plus the appended tokens contains this one
+    (checked token by token), the last walk is continued over the appended tokens and cut to
+    the window, which gives the same end (a corpus left out leaves its walk unknown)."""
+    _, n, max_depth, min_b, max_b, prob = cp
+    (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
+     a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
+    last = ctx[ctx.size - 1]
+    m = per + 1
+    rm = p_tokens.size
+    r_par[0] = -1
+    for i in range(1, rm):
+        j = i - 1
+        while not p_mask[i, j]:
+            j -= 1
+        r_par[i] = j
+        r_tok[i] = p_tokens[i]
+    size = min(ctx.size, max_depth)
+    keep = -1 if row < 0 else _walk_start(ctx, max_depth, walks, row, total)
+    cursor = 1
+    k_last = len(automata) - 1
+    if sel.size:
+        while sel[k_last] == 0:
+            k_last -= 1
+    for k in range(k_last + 1):
+        if sel.size and sel[k] == 0:
+            if row >= 0:
+                walks[4][row, k] = -1
+            continue
+        off, l_tok, l_dst, c_tok_a, c_dst, length, link, occ, _ = automata[k]
+        if keep < 0 or walks[4][row, k] < 0:
+            w_s, w_m = _extend(ctx, ctx.size - size, 0, 0, off, l_tok, l_dst, length, link)
+        else:
+            w_s, w_m = _extend(ctx, ctx.size - size + keep, walks[3][row, k], walks[4][row, k],
+                               off, l_tok, l_dst, length, link)
+            if w_m > size:  # cut to the window: the state of its suffix of that length
+                w_m = size
+                while w_s > 0 and length[link[w_s]] >= w_m:
+                    w_s = link[w_s]
+        if row >= 0:
+            walks[3][row, k] = w_s
+            walks[4][row, k] = w_m
+        count = _chain(w_s, w_m, off, l_tok, length, link, a_state, a_len)
+        if prob:
+            _prob(a_state, count, per, max_b, off, c_tok_a, c_dst, l_tok, occ, c_tree, c_order,
+                  h_p, h_par, h_tok, h_state)
+        else:
+            _bfs(a_state, a_len, count, per, max_depth, min_b, max_b, off, c_tok_a, c_dst,
+                 l_tok, c_tree, c_order, q_par, q_breadth, q_state)
+        _layout(m, c_tree, c_order, c_tok, c_par)
+        _tree_reset(tree)
+        cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, new_idx, chain, 1, n,
+                               False)
+        cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, new_idx, chain, cursor,
+                               n, True)
+        if k == k_last:
+            _fill(last, n, tree, order, r_par, out_tokens, out_mask)
+        else:
+            _layout(n, tree, order, r_tok, r_par)
+            rm = n
+    if row >= 0:
+        base = ctx.size - size
+        for i in range(size):
+            walks[0][row, i] = ctx[base + i]
+        walks[1][row] = size
+        walks[2][row] = total
+    return cursor - 1
+
+
+@jit
+def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t, sc,
+                       bucket_counts, corpora, cs, out_tokens, out_mask):
+    """One request's draft with corpora for the compiled replay, from the trie anchors
+    already in ``sc`` (``count`` of them): the trie's tree with the reduced budget, then
+    :func:`corpus_row`.  ``corpora``: ``(automata, cp, scratch buffers, walks, trie_budget)``
+    (:func:`replay_corpora`); ``cs``: :func:`corpus_scratch_in` of its buffers.  Returns the
+    drafted node count; the slot parents of the result are then in ``cs[9]``."""
+    automata, cp, _, walks, trie_budget = corpora
+    if prob:
+        build_prob(count, trie_budget, max_b, t, sc, bucket_counts)
     else:
-        flat = np.concatenate(contexts)
-        offsets = np.fromiter(accumulate((c.size for c in contexts), initial=0), np.int64,
-                              len(contexts) + 1)
-    return _match_kernel(flat, offsets, automata, per, n, max_depth, min_breadth, max_breadth,
-                         bool(prob), trie_tokens, trie_mask)
+        build_bfs_scheduled(count, trie_budget, top, steps, min_b, max_b, t, sc, bucket_counts)
+    m = trie_budget + 1
+    p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
+    fill_result(ctx[ctx.size - 1], m, sc, p_tokens, p_mask)
+    return corpus_row(ctx, automata, cp, cs, cp[0], cs[0][:0], p_tokens, p_mask, out_tokens,
+                      out_mask, walks, row, total)
+
+
+def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: int, *, n: int,
+                   max_depth: int, min_breadth: int, max_breadth: int, prob: bool,
+                   rows: int) -> tuple:
+    """The corpora as the compiled replay takes them (``automata`` in merge order; ``per``
+    0: none, and the replay drafts from the trie alone)."""
+    if not automata:  # the kernel's argument types stay the same: one tiny automaton, unused
+        automata = [FlatAutomaton.build(np.zeros(1, np.int32), prob=prob)]
+    cp = (int(per), int(n), int(max_depth), int(min_breadth), int(max_breadth), bool(prob))
+    cs = corpus_scratch(max(per, 1), n, trie_budget, max_depth, max_breadth, prob,
+                        max(a.max_kids for a in automata))
+    return (automata_list(automata), cp, cs, corpus_walks(rows, max_depth, len(automata)),
+            int(trie_budget))
 
 
 def automata_list(automata: Sequence["FlatAutomaton"]):

@@ -184,8 +184,13 @@ class SuffixAutomaton:
         return tokens, mask
 
     def nbytes(self) -> int:
-        """Not meaningful for the Python model (objects, dicts); 0."""
-        return 0
+        """The bytes the engine's flat arrays hold for this automaton (per state: an int64
+        edge offset, int32 length and link, int64 count; per transition, separator included:
+        four int32), so that both backends report and bound the same size; the Python
+        objects themselves take far more."""
+        states = len(self.states)
+        edges = sum(len(s.trans) for s in self.states)
+        return 8 * (states + 1) + 16 * states + 16 * edges
 
 
 def leaf_paths(tokens: np.ndarray, mask: np.ndarray) -> list[list[int]]:
