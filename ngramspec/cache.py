@@ -54,8 +54,9 @@ class NgramCache:
     external_sam_budget, external_corpus_max_tokens
         External corpora (SGLang 0.5.23; off by default), see :meth:`add_corpus`.
     index_prompt, exact_counts, local_index, min_token_prob, max_spec_factor, min_expected_accept
+    shared_pseudo_count, calibrated_estimates
         Options beyond SGLang, all off by default; see :class:`NgramConfig`.  The first three
-        are :class:`Drafter` policies; the last three tune ``match_type="ADAPTIVE"``, whose
+        are :class:`Drafter` policies; the others tune ``match_type="ADAPTIVE"``, whose
         matching is stateless (``request_ids``/``total_lens`` are checked and not used).
     config : NgramConfig, optional
         A complete configuration instead of the individual options.
@@ -94,7 +95,8 @@ class NgramCache:
                  index_prompt: bool | None = None, exact_counts: bool | None = None,
                  local_index: bool | None = None, min_token_prob: float | None = None,
                  max_spec_factor: float | None = None,
-                 min_expected_accept: float | None = None,
+                 min_expected_accept: float | str | None = None,
+                 shared_pseudo_count: float | None = None,
                  external_sam_budget: int | None = None,
                  external_corpus_max_tokens: int | None = None,
                  calibrated_estimates: bool | None = None,
@@ -109,7 +111,8 @@ class NgramCache:
             max_spec_factor=max_spec_factor,
             min_expected_accept=min_expected_accept, external_sam_budget=external_sam_budget,
             external_corpus_max_tokens=external_corpus_max_tokens,
-            calibrated_estimates=calibrated_estimates).items() if v is not None}
+            calibrated_estimates=calibrated_estimates,
+            shared_pseudo_count=shared_pseudo_count).items() if v is not None}
         if config is not None:
             if options:
                 raise ValueError(f"pass either config= or individual options, not both "

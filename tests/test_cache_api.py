@@ -180,3 +180,19 @@ def test_wide_rows_out_of_range_name_the_row(cache):
     with pytest.raises(ValueError, match=r"sequences\[1\] holds token ids outside int32"):
         cache.insert(np.array([[1, 2], [3, 2**40]]))
     assert_unchanged(cache, before)
+
+
+def test_every_config_field_is_a_cache_keyword():
+    """NgramCache(**options) and NgramCache(config=NgramConfig(**options)) agree, option by
+    option: no setting is reachable only through config=."""
+    import dataclasses
+    import inspect
+
+    from ngramspec import NgramCache, NgramConfig
+
+    params = inspect.signature(NgramCache.__init__).parameters
+    missing = [f.name for f in dataclasses.fields(NgramConfig) if f.name not in params]
+    assert missing == []
+    options = dict(match_type="ADAPTIVE", shared_pseudo_count=2.0, min_token_prob=0.3,
+                   capacity=1000)
+    assert NgramCache(**options).config == NgramConfig(**options)
