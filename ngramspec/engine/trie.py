@@ -20,9 +20,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
 
-__all__ = ["Trie", "TrieArrays", "insert_kernel", "child_of", "M_SIZE", "M_GHEAD", "M_GTAIL",
+__all__ = ["Trie", "TrieArrays", "unpack", "insert_kernel", "child_of", "M_SIZE", "M_GHEAD", "M_GTAIL",
            "M_UNUSED", "M_FREETOP", "M_EPOCH", "M_FREEHEAD", "META_SIZE"]
 
 # Slots of the int64 ``meta`` array.  M_FREETOP: number of free slots; M_FREEHEAD: the first.
@@ -58,7 +58,9 @@ class TrieArrays:
     """Owner of the trie's arrays; grows them before a kernel could run out of room.
 
     ``bundle``: the arrays as a plain tuple in :data:`Trie` field order (what kernels take),
-    kept current when growth replaces an array.
+    kept current when growth replaces an array.  ``packed``: the same arrays as the five that
+    own them (the node records, ``g_next``, ``g_prev``, ``ht``, ``meta``), for the kernels called
+    once per step whose dispatch should unbox few arrays (:func:`unpack`).
     """
 
     def __init__(self, capacity: int, initial: int = 1024) -> None:
@@ -100,7 +102,7 @@ class TrieArrays:
         # straddles two lines.  A child lookup reads ``tok`` and ``par``, then matching reads
         # ``ver`` and ``c_head``; a walk over children reads ``tok``, ``c_next`` (PROB also
         # ``freq``); in a large trie each separate read would be a cache miss.
-        rec = _records(n)
+        rec = self.rec = _records(n)
         rec[:] = -1
         fields = {name: rec[:, i] for i, name in enumerate(_RECORD)}
         fields["ver"] = rec.view(np.int64)[:, 3]
@@ -124,6 +126,7 @@ class TrieArrays:
     def _refresh(self) -> None:
         # Rebuilt only when an array is replaced: building it per call costs 1.5 us.
         self.bundle = tuple(getattr(self, f) for f in Trie._fields)
+        self.packed = (self.rec, self.g_next, self.g_prev, self.ht, self.meta)
 
     def grow(self) -> None:
         """Double the node arrays (never beyond ``capacity``) and keep the table half empty."""
@@ -148,6 +151,14 @@ class TrieArrays:
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.bundle)
+
+
+@jit_inline
+def unpack(packed):
+    """The :data:`Trie` view of :attr:`TrieArrays.packed` (views of the node records)."""
+    rec, g_next, g_prev, ht, meta = packed
+    return Trie(rec[:, 0], rec[:, 1], rec[:, 3], rec.view(np.int64)[:, 3], rec[:, 4],
+                rec[:, 2], rec[:, 5], g_next, g_prev, ht, meta)
 
 
 @jit
