@@ -161,7 +161,7 @@ def unpack(packed):
                 rec[:, 2], rec[:, 5], g_next, g_prev, ht, meta)
 
 
-@jit
+@jit_inline
 def _slot(parent, token, mask):
     # Multiplicative mixing that stays below 2**63, so plain Python (JIT off) never overflows.
     x = np.int64(parent) * np.int64(0x9E3779B1) + (np.int64(token) & np.int64(0xFFFFFFFF))
@@ -180,7 +180,7 @@ def _ht_bulk_insert(ht, par, tok, nodes):
         ht[s] = v
 
 
-@jit
+@jit_inline
 def child_of(ht, par, tok, parent, token):
     """The child of ``parent`` with ``token``, or -1."""
     mask = ht.size - 1
