@@ -6,8 +6,10 @@ Replays the recorded streams shipped with ngramspec through SGLang's serving loo
 int32 arrays, then one ``insert`` of them).  Every step is timed as a whole (``cache.match``),
 and each phase alone on the same inputs:
 
-- ``checks``: the contexts' checks and coercion (one int32 array per request);
-- ``ids``: request ids and ``total_lens`` checked and coerced;
+- ``checks``: the contexts' checks and coercion (one int32 array per request); where the
+  cache checks the batch-1 serving call in one pass (``as_serving_one``), that pass, ids and
+  lengths included;
+- ``ids``: request ids and ``total_lens`` checked and coerced (0 after that one pass);
 - ``lock``: ``synchronize()`` and taking the lock;
 - ``backend``: the backend's ``match`` on a twin cache in the same state (the kernel call and
   its packing, the id-to-row mapping included);
@@ -51,12 +53,12 @@ def _phase_functions():
     except ImportError:  # before the checks had their own module
         from ngramspec import cache as v
 
-        def checks(ctxs):
+        def checks(ctxs, ids_, lens):
             batch = v._as_batch(ctxs, "contexts")
             for c in batch:
                 if c.size == 0:
                     raise ValueError
-            return batch
+            return batch, None
 
         def ids(ids_, lens, batch):
             keys = v._as_request_ids(ids_)
@@ -69,8 +71,11 @@ def _phase_functions():
             return keys, total
         return checks, ids
 
-    def checks(ctxs):
-        return v.as_contexts(ctxs)
+    one = getattr(v, "as_serving_one", None)
+
+    def checks(ctxs, ids_, lens):
+        got = one(ctxs, ids_, lens) if one is not None else None
+        return (got[0], got[1:]) if got is not None else (v.as_contexts(ctxs), None)
 
     def ids(ids_, lens, batch):
         return v.as_request_ids(ids_, len(batch)), v.as_total_lens(lens, batch)
@@ -102,8 +107,11 @@ def replay(steps, cfg, batch):
     make_batch = getattr(DraftBatch, "_trusted", DraftBatch)  # what the cache calls
     for ctxs, rids, lens in steps:
         if len(ctxs) == batch:
-            t_checks, packed = _time(checks, ctxs)
-            t_ids, (keys, total) = _time(ids, rids, lens, packed)
+            t_checks, (packed, done) = _time(checks, ctxs, rids, lens)
+            if done is None:
+                t_ids, (keys, total) = _time(ids, rids, lens, packed)
+            else:  # checked with the contexts
+                t_ids, (keys, total) = 0, done
             t0 = time.perf_counter_ns()
             twin.synchronize()
             with twin._lock:
