@@ -6,20 +6,25 @@ Replays the recorded streams shipped with ngramspec through SGLang's serving loo
 int32 arrays, then one ``insert`` of them).  Every step is timed as a whole (``cache.match``),
 and each phase alone on the same inputs:
 
-- ``checks``: the contexts' checks and coercion (one int32 array per request);
-- ``ids``: request ids and ``total_lens`` checked and coerced;
+- ``checks``: the contexts' checks and coercion (one int32 array per request); where the
+  cache checks the batch-1 serving call in one pass (``as_serving_one``), that pass, ids and
+  lengths included;
+- ``ids``: request ids and ``total_lens`` checked and coerced (0 after that one pass);
 - ``lock``: ``synchronize()`` and taking the lock;
 - ``backend``: the backend's ``match`` on a twin cache in the same state (the kernel call and
   its packing, the id-to-row mapping included);
 - ``DraftBatch``: building the returned object;
-- ``rest``: the whole call minus the phases (call overhead, glue).
+- ``rest``: the whole call minus the phases (call overhead, glue);
+- ``SGLang``: SGLang 0.5.23's C++ core on the same trace (``compare_sglang.py``'s peer, inputs
+  packed beforehand), timed the same way, and ``ratio`` = ``match`` / ``SGLang`` (``--no-sglang``
+  leaves them out, e.g. where the core cannot be built).
 
 Figures are microseconds per call (batch 1) or per call and per request (batch 48, full
 steps only): for each step the fastest of ``--repeats`` identical replays (the one that load
 from elsewhere slowed least), averaged over the steps.
 
     python benchmarks/match_overhead.py                      # BFS and PROB, batch 1 and 48
-    python benchmarks/match_overhead.py --batch 1 --repeats 3 --match-type BFS
+    python benchmarks/match_overhead.py --batch 1 --repeats 3 --match-type BFS --no-sglang
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from ngramspec.drafts import DraftBatch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compare_sglang import DEFAULTS, load_rows, trace  # noqa: E402
+from peers import sglang as peer  # noqa: E402
 
 PHASES = ("checks", "ids", "lock", "backend", "DraftBatch")
 
@@ -47,12 +53,12 @@ def _phase_functions():
     except ImportError:  # before the checks had their own module
         from ngramspec import cache as v
 
-        def checks(ctxs):
+        def checks(ctxs, ids_, lens):
             batch = v._as_batch(ctxs, "contexts")
             for c in batch:
                 if c.size == 0:
                     raise ValueError
-            return batch
+            return batch, None
 
         def ids(ids_, lens, batch):
             keys = v._as_request_ids(ids_)
@@ -65,8 +71,11 @@ def _phase_functions():
             return keys, total
         return checks, ids
 
-    def checks(ctxs):
-        return v.as_contexts(ctxs)
+    one = getattr(v, "as_serving_one", None)
+
+    def checks(ctxs, ids_, lens):
+        got = one(ctxs, ids_, lens) if one is not None else None
+        return (got[0], got[1:]) if got is not None else (v.as_contexts(ctxs), None)
 
     def ids(ids_, lens, batch):
         return v.as_request_ids(ids_, len(batch)), v.as_total_lens(lens, batch)
@@ -98,8 +107,11 @@ def replay(steps, cfg, batch):
     make_batch = getattr(DraftBatch, "_trusted", DraftBatch)  # what the cache calls
     for ctxs, rids, lens in steps:
         if len(ctxs) == batch:
-            t_checks, packed = _time(checks, ctxs)
-            t_ids, (keys, total) = _time(ids, rids, lens, packed)
+            t_checks, (packed, done) = _time(checks, ctxs, rids, lens)
+            if done is None:
+                t_ids, (keys, total) = _time(ids, rids, lens, packed)
+            else:  # checked with the contexts
+                t_ids, (keys, total) = 0, done
             t0 = time.perf_counter_ns()
             twin.synchronize()
             with twin._lock:
@@ -115,25 +127,46 @@ def replay(steps, cfg, batch):
     return {k: np.asarray(v, np.float64) for k, v in times.items()}
 
 
+def replay_sglang(steps, cfg, batch):
+    """ns of each full step's ``match`` on SGLang's core (inputs packed beforehand)."""
+    p = peer.SglangPeer(**cfg)
+    packed = [(len(c), p.pack_match(c, i, n), p.pack_insert(c)) for c, i, n in steps]
+    out = []
+    for b, pm, pi in packed:
+        t0 = time.perf_counter_ns()
+        p.match_packed(pm)
+        dt = time.perf_counter_ns() - t0
+        if b == batch:
+            out.append(dt)
+        p.insert_packed(pi)
+    return np.asarray(out, np.float64)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 48])
     ap.add_argument("--match-type", nargs="+", default=["BFS", "PROB"])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-sglang", action="store_true", help="leave SGLang's core out")
     args = ap.parse_args()
     rows = load_rows()
     ns.NgramCache(**DEFAULTS).warmup()
     print(f"ngramspec {ns.__version__} from {Path(ns.__file__).parent}; numpy {np.__version__};"
           f" µs per match call (per request in brackets); per step the fastest of "
           f"{args.repeats} replays, mean over steps\n")
-    cols = ("match",) + PHASES + ("rest",)
-    print("| match_type | batch | steps | " + " | ".join(cols) + " |")
-    print("|---|---|---|" + "---|" * len(cols))
+    cols = ("match",) + PHASES + ("rest",) + (() if args.no_sglang else ("SGLang",))
+    print("| match_type | batch | steps | " + " | ".join(cols) + " |"
+          + ("" if args.no_sglang else " ratio |"))
+    print("|---|---|---|" + "---|" * (len(cols) + (not args.no_sglang)))
     for mt in args.match_type:
         cfg = dict(DEFAULTS, match_type=mt, capacity=1_000_000)
         for batch in args.batch:
             steps = trace(rows, batch)
-            runs = [replay(steps, cfg, batch) for _ in range(args.repeats)]
+            runs = []
+            for _ in range(args.repeats):  # interleaved: load from elsewhere hits both alike
+                runs.append(replay(steps, cfg, batch))
+                if not args.no_sglang:
+                    runs[-1]["SGLang"] = replay_sglang(steps, cfg, batch)
             # Every replay does the same work at step i: the fastest of the replays at each
             # step (what load from elsewhere did not slow down), averaged over the steps.
             med = {k: np.min([r[k] for r in runs], axis=0).mean() / 1e3 for k in runs[0]}
@@ -141,7 +174,8 @@ def main() -> None:
             n_steps = runs[0]["match"].size
             cells = [f"{med[c]:.1f}" + (f" ({med[c] / batch:.2f})" if batch > 1 else "")
                      for c in cols]
-            print(f"| {mt} | {batch} | {n_steps} | " + " | ".join(cells) + " |")
+            ratio = "" if args.no_sglang else f" {med['match'] / med['SGLang']:.2f} |"
+            print(f"| {mt} | {batch} | {n_steps} | " + " | ".join(cells) + " |" + ratio)
 
 
 if __name__ == "__main__":

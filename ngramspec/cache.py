@@ -125,6 +125,7 @@ class NgramCache:
         # Read on every match: plain attributes, not properties of the config.
         self._stateful = config.stateful
         self._adaptive = config.match_type == "ADAPTIVE"
+        self._plain_match = self._stateful and not self._adaptive  # ids and lengths are used
         self._lock = threading.Lock()
         self._backend = self._make_backend()
         self._corpora = Corpora(config, backend)
@@ -263,30 +264,38 @@ class NgramCache:
             loaded (SGLang's split over those, in this cache's corpus order; none: the trie
             alone with the whole budget).  See ``docs/corpora.md``.
         """
-        batch = v.as_contexts(contexts)
-        keys = lens = None
-        if self._stateful:
-            if request_ids is not None:
-                keys = v.as_request_ids(request_ids, len(batch))
-                if total_lens is None:
-                    raise ValueError("total_lens is required with request_ids: the full "
-                                     "length of each request's sequence drives its match state")
-            if total_lens is not None:
-                lens = v.as_total_lens(total_lens, batch)
-                if keys is None:
-                    lens = None  # checked, and meaningless without ids
-        if self._adaptive:
-            if corpora is not None:  # ADAPTIVE has no corpora: this raises
-                self._corpora.check_selection(corpora, len(batch))
-            return self._match_adaptive(batch, self._local_backends(local, len(batch)),
-                                        self._step_costs(costs, batch_size, len(batch)))
-        if costs is not None or batch_size is not None:
-            raise ValueError("costs= and batch_size= are for match_type='ADAPTIVE' with "
-                             "min_expected_accept='auto' only")
-        if local is not None:
-            raise ValueError("local= is for match_type='ADAPTIVE' only (local caches are "
-                             f"searched by it); this cache's is {self._config.match_type!r}")
-        self.synchronize()
+        plain = (self._plain_match and local is None and costs is None and batch_size is None
+                 and corpora is None)
+        one = v.as_serving_one(contexts, request_ids, total_lens) if plain else None
+        if one is not None:  # batch 1 as a server sends it: checked in one pass
+            batch, keys, lens = one
+        else:
+            batch = v.as_contexts(contexts)
+            keys = lens = None
+            if self._stateful:
+                if request_ids is not None:
+                    keys = v.as_request_ids(request_ids, len(batch))
+                    if total_lens is None:
+                        raise ValueError("total_lens is required with request_ids: the full "
+                                         "length of each request's sequence drives its match "
+                                         "state")
+                if total_lens is not None:
+                    lens = v.as_total_lens(total_lens, batch)
+                    if keys is None:
+                        lens = None  # checked, and meaningless without ids
+            if self._adaptive:
+                if corpora is not None:  # ADAPTIVE has no corpora: this raises
+                    self._corpora.check_selection(corpora, len(batch))
+                return self._match_adaptive(batch, self._local_backends(local, len(batch)),
+                                            self._step_costs(costs, batch_size, len(batch)))
+            if costs is not None or batch_size is not None:
+                raise ValueError("costs= and batch_size= are for match_type='ADAPTIVE' with "
+                                 "min_expected_accept='auto' only")
+            if local is not None:
+                raise ValueError("local= is for match_type='ADAPTIVE' only (local caches are "
+                                 f"searched by it); this cache's is {self._config.match_type!r}")
+        if self._done != self._queued or self._errors:
+            self.synchronize()
         with self._lock:
             if corpora is not None:  # chosen per request (checked under the lock)
                 chosen = self._corpora.check_selection(corpora, len(batch))

@@ -84,9 +84,10 @@ class DraftBatch:
     @classmethod
     def _trusted(cls, tokens: np.ndarray, mask: np.ndarray, num_drafts: np.ndarray,
                  probs: np.ndarray | None = None) -> "DraftBatch":
-        """From a backend's freshly allocated output arrays: no checks, no copies."""
+        """From a backend's freshly allocated output arrays: no checks, no copies (and, being on
+        every match's path, the fields set here rather than through :meth:`_init`)."""
         self = cls.__new__(cls)
-        self._init(tokens, mask, num_drafts, probs)
+        self._tokens, self._mask, self._num_drafts, self._probs = tokens, mask, num_drafts, probs
         return self
 
     def _init(self, tokens, mask, num_drafts, probs) -> None:

@@ -16,9 +16,11 @@ from .tree import (BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, 
 from .adaptive import (adaptive_scratch, choose_cap, draft_adaptive, draft_adaptive_saved,
                        layout_prefix)
 from .sam import corpus_row, corpus_scratch_in
-from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel
+from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel, unpack
 
 __all__ = ["EngineBackend"]
+
+_I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
 
@@ -42,9 +44,10 @@ def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, 
                 bucket_counts, buf, out_tokens, out_mask, out_num):
     """SGLang 0.5.23's ``batchMatch``: stateful (or, with ``stateless``, fresh) anchors per
     request, one shared-budget tree each, in batch order.  ``params``: ``(max_depth, min_b,
-    max_b, budget, prob_mode)``; ``trie``/``states``: plain bundles; ``buf``: the tree scratch
+    max_b, budget, prob_mode)``; ``trie``: :attr:`~ngramspec.engine.trie.TrieArrays.packed`;
+    ``states``: a plain bundle; ``buf``: the tree scratch
     (:func:`~ngramspec.engine.tree.scratch_in`)."""
-    t = Trie(*trie)
+    t = unpack(trie)
     st = States(*states)
     max_depth, _, max_b, budget, _ = params
     sc = scratch_in(buf, budget, max_depth, max_b)
@@ -128,7 +131,7 @@ def match_batch_windows(flat, offsets, min_w, max_w, params, trie, bucket_counts
                         out_tokens, out_mask, out_num):
     """SGLang 0.5.9's ``batchMatch``: stateless match windows ``min_w .. max_w`` per request
     (``params[0]`` = ``branch_length``), one shared-budget tree each, in batch order."""
-    t = Trie(*trie)
+    t = unpack(trie)
     max_depth, _, max_b, budget, _ = params
     sc = scratch_in(buf, budget, max_depth, max_b)
     steps = max_w - min_w + 1
@@ -194,6 +197,7 @@ class EngineBackend:
         self._match_entry = None
         self._corpus_entry = None  # match_batch_corpora's entry point
         self._no_sel = np.zeros((1, 0), np.int32)  # match_batch_corpora: no selection
+        self._offsets1: dict[int, np.ndarray] = {}  # batch-1 offsets by context length
 
     # Match states ------------------------------------------------------------------------
 
@@ -222,7 +226,8 @@ class EngineBackend:
         """State rows of ``keys`` (new ones for unknown ids); the last batch's rows are reused
         when the same ids come again (nothing erased or reset since: that clears the cache)."""
         last = self._last_keys
-        if last is not None and len(last) == len(keys) and last == list(keys):
+        if last is not None and len(last) == len(keys) and last == (
+                keys if type(keys) is list else list(keys)):
             return self._last_rows
         get = self._rows.get
         rows = [get(k) for k in keys]
@@ -271,13 +276,23 @@ class EngineBackend:
             params = params[:3] + (int(budget),) + params[4:]
         n = params[3] + 1
         b = len(contexts)
-        flat, offsets = _pack(contexts)
+        if b == 1:  # the common serving case: no concatenation, offsets reused
+            flat = _plain(contexts[0])
+            if flat.dtype is not _I32:
+                flat = flat.astype(np.int32)
+            offsets = self._offsets1.get(flat.size)
+            if offsets is None:
+                offsets = np.array([0, flat.size], np.int64)
+                if flat.size <= 1024:  # (bounded: contexts are tails of at most the trie depth)
+                    self._offsets1[flat.size] = offsets
+        else:
+            flat, offsets = _pack(contexts)
         tokens = np.empty((b, n), np.int32)
         mask = np.empty((b, n, n), np.bool_)
         num = np.empty(b, np.int32)
         if not cfg.stateful:
             match_batch_windows(flat, offsets, cfg.min_match_window_size,
-                                cfg.max_match_window_size, params, self.trie.bundle,
+                                cfg.max_match_window_size, params, self.trie.packed,
                                 BUCKET_COUNTS, self._buf, tokens, mask, num)
             return tokens, mask, num
         if keys is None:
@@ -285,8 +300,10 @@ class EngineBackend:
             lens = rows
         else:
             rows = self._rows_of(keys)
-            lens = _plain(np.asarray(total_lens, np.int64))
-        args = (flat, offsets, rows, lens, keys is None, params, self.trie.bundle,
+            lens = (total_lens if type(total_lens) is np.ndarray and total_lens.dtype is _I64
+                    else np.asarray(total_lens, np.int64))
+            lens = _plain(lens)
+        args = (flat, offsets, rows, lens, keys is None, params, self.trie.packed,
                 self.states, BUCKET_COUNTS, self._buf, tokens, mask, num)
         kernel = self._match_entry
         if kernel is None:

@@ -34,7 +34,7 @@ def new_states(rows: int, depth: int, old: tuple | None = None) -> tuple:
     return new
 
 
-@jit
+@jit_inline
 def _rebuild(ctx, total_len, s, max_depth, t, st):
     n = ctx.size
     depth = min(n, max_depth)
@@ -51,7 +51,7 @@ def _rebuild(ctx, total_len, s, max_depth, t, st):
     st.ptl[s] = total_len
 
 
-@jit
+@jit_inline
 def _advance(appended, total_len, s, max_depth, t, st, scratch):
     if st.epoch[s] != t.meta[M_EPOCH]:
         return False

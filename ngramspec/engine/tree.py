@@ -73,7 +73,7 @@ def scratch_in(bufs, budget, max_depth, max_b):
                    q_par, q_breadth, q_node, slot_parent, h_p, h_par, h_node, k_node)
 
 
-@jit
+@jit_inline
 def _bucket(token, bucket_count):
     # (size_t)(int64)token % bucket_count, in signed arithmetic: 2**64 = (2**32)**2.
     k = np.int64(token)
@@ -84,7 +84,7 @@ def _bucket(token, bucket_count):
     return (r + k % bucket_count) % bucket_count
 
 
-@jit
+@jit_inline
 def _place(par, idx, bucket_count, t_tok, t_head, t_next):
     b = _bucket(t_tok[idx], bucket_count)
     prev = -1
@@ -105,7 +105,7 @@ def _place(par, idx, bucket_count, t_tok, t_head, t_next):
             t_next[prev] = idx
 
 
-@jit
+@jit_inline
 def _map_insert(par, idx, token, t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order):
     t_tok[idx] = token
     t_next[idx] = -1
@@ -135,7 +135,7 @@ def _map_insert(par, idx, token, t_tok, t_head, t_next, t_cnt, t_bc, bucket_coun
     t_cnt[par] += 1
 
 
-@jit
+@jit_inline
 def _map_get(par, token, t_tok, t_head, t_next):
     cur = t_head[par]
     while cur != -1:
@@ -145,7 +145,7 @@ def _map_get(par, token, t_tok, t_head, t_next):
     return -1
 
 
-@jit
+@jit_inline
 def _tree_reset(t_head, t_cnt, t_bc):
     t_head[0] = -1
     t_cnt[0] = 0
@@ -212,7 +212,7 @@ def build_bfs_scheduled(n_anchors, budget, top, steps, min_b, max_b, t, sc, buck
     return cursor - 1
 
 
-@jit
+@jit_inline
 def _heap_sift_up(h_p, h_par, h_node, hole, p, par, node):
     while hole > 0 and h_p[(hole - 1) // 2] < p:
         up = (hole - 1) // 2
@@ -225,7 +225,7 @@ def _heap_sift_up(h_p, h_par, h_node, hole, p, par, node):
     h_node[hole] = node
 
 
-@jit
+@jit_inline
 def _heap_pop(h_p, h_par, h_node, size):
     """libstdc++ pop_heap on [0, size); the popped top ends at index size - 1."""
     last = size - 1
@@ -247,7 +247,7 @@ def _heap_pop(h_p, h_par, h_node, size):
     _heap_sift_up(h_p, h_par, h_node, hole, vp, vpar, vnode)
 
 
-@jit
+@jit_inline
 def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_par, h_node,
               size):
     # The top_k children by (frequency descending, token ascending): one pass, insertion into

@@ -20,9 +20,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
 
-__all__ = ["Trie", "TrieArrays", "insert_kernel", "child_of", "M_SIZE", "M_GHEAD", "M_GTAIL",
+__all__ = ["Trie", "TrieArrays", "unpack", "insert_kernel", "child_of", "M_SIZE", "M_GHEAD", "M_GTAIL",
            "M_UNUSED", "M_FREETOP", "M_EPOCH", "M_FREEHEAD", "META_SIZE"]
 
 # Slots of the int64 ``meta`` array.  M_FREETOP: number of free slots; M_FREEHEAD: the first.
@@ -32,21 +32,35 @@ META_SIZE = 7
 #: The trie's arrays.  Per node (length ``alloc``): ``tok``, ``par``, ``freq``, ``ver`` (int64,
 #: bumped when the slot is freed), ``c_head``/``c_next``/``c_prev`` (recency list of children),
 #: ``g_next``/``g_prev`` (global LRU list; ``g_next`` also links free slots), all int32 but
-#: ``ver`` (a node has children iff ``c_head != -1``); ``ht``: int32 child table of node indices (-1 empty, size a power of two
-#: at least twice ``alloc``); ``meta``: int64 counters (``M_*``).
+#: ``ver`` (a node has children iff ``c_head != -1``); all but ``g_next``/``g_prev`` are strided
+#: columns of one record per node (:meth:`TrieArrays._allocate`); ``ht``: int32 child table of
+#: node indices (-1 empty, size a power of two at least twice ``alloc``); ``meta``: int64
+#: counters (``M_*``).
 Trie = namedtuple("Trie", "tok par freq ver c_head c_next c_prev g_next g_prev ht meta")
 
 _NODE_DTYPES = dict(tok=np.int32, par=np.int32, freq=np.int32, ver=np.int64, c_head=np.int32,
                     c_next=np.int32, c_prev=np.int32, g_next=np.int32, g_prev=np.int32)
 
-_COLUMNS = ("tok", "par", "c_next", "freq")
+# Fields of a node's 32-byte record (int32 columns; ``ver`` is the int64 at bytes 24..31).
+_RECORD = ("tok", "par", "c_next", "freq", "c_head", "c_prev")
+_RECORD_BYTES = 32
+_LINE = 64
+
+
+def _records(n: int) -> np.ndarray:
+    """``(n, 8)`` int32 records starting on a cache-line boundary (two records per line)."""
+    raw = np.empty(n * _RECORD_BYTES + _LINE, np.uint8)
+    skip = -raw.ctypes.data % _LINE
+    return raw[skip:skip + n * _RECORD_BYTES].view(np.int32).reshape(n, _RECORD_BYTES // 4)
 
 
 class TrieArrays:
     """Owner of the trie's arrays; grows them before a kernel could run out of room.
 
     ``bundle``: the arrays as a plain tuple in :data:`Trie` field order (what kernels take),
-    kept current when growth replaces an array.
+    kept current when growth replaces an array.  ``packed``: the same arrays as the five that
+    own them (the node records, ``g_next``, ``g_prev``, ``ht``, ``meta``), for the kernels called
+    once per step whose dispatch should unbox few arrays (:func:`unpack`).
     """
 
     def __init__(self, capacity: int, initial: int = 1024) -> None:
@@ -83,15 +97,20 @@ class TrieArrays:
 
     def _allocate(self, n: int) -> None:
         old = self.alloc
-        # What is read together shares a cache line (columns of one (n, 4) array): a child
-        # lookup reads ``tok`` and ``par``, a walk over children ``tok`` and ``c_next`` (PROB
-        # also ``freq``); in a large trie each separate read is a cache miss.
-        cols = np.full((n, 4), -1, np.int32)
+        # What is read together shares a cache line: a node's fields but the global LRU links
+        # live in one 32-byte record (columns of one (n, 8) array), aligned so that no record
+        # straddles two lines.  A child lookup reads ``tok`` and ``par``, then matching reads
+        # ``ver`` and ``c_head``; a walk over children reads ``tok``, ``c_next`` (PROB also
+        # ``freq``); in a large trie each separate read would be a cache miss.
+        rec = self.rec = _records(n)
+        rec[:] = -1
+        fields = {name: rec[:, i] for i, name in enumerate(_RECORD)}
+        fields["ver"] = rec.view(np.int64)[:, 3]
+        fields["ver"][:] = 1
         for name, dtype in _NODE_DTYPES.items():
-            if name in _COLUMNS:
-                new = cols[:, _COLUMNS.index(name)]
-            else:
-                new = np.full(n, -1, dtype) if name != "ver" else np.ones(n, dtype)
+            new = fields.get(name)
+            if new is None:
+                new = np.full(n, -1, dtype)
             if old:
                 new[:old] = getattr(self, name)
             setattr(self, name, new)
@@ -107,6 +126,7 @@ class TrieArrays:
     def _refresh(self) -> None:
         # Rebuilt only when an array is replaced: building it per call costs 1.5 us.
         self.bundle = tuple(getattr(self, f) for f in Trie._fields)
+        self.packed = (self.rec, self.g_next, self.g_prev, self.ht, self.meta)
 
     def grow(self) -> None:
         """Double the node arrays (never beyond ``capacity``) and keep the table half empty."""
@@ -133,7 +153,15 @@ class TrieArrays:
         return sum(a.nbytes for a in self.bundle)
 
 
-@jit
+@jit_inline
+def unpack(packed):
+    """The :data:`Trie` view of :attr:`TrieArrays.packed` (views of the node records)."""
+    rec, g_next, g_prev, ht, meta = packed
+    return Trie(rec[:, 0], rec[:, 1], rec[:, 3], rec.view(np.int64)[:, 3], rec[:, 4],
+                rec[:, 2], rec[:, 5], g_next, g_prev, ht, meta)
+
+
+@jit_inline
 def _slot(parent, token, mask):
     # Multiplicative mixing that stays below 2**63, so plain Python (JIT off) never overflows.
     x = np.int64(parent) * np.int64(0x9E3779B1) + (np.int64(token) & np.int64(0xFFFFFFFF))
@@ -152,7 +180,7 @@ def _ht_bulk_insert(ht, par, tok, nodes):
         ht[s] = v
 
 
-@jit
+@jit_inline
 def child_of(ht, par, tok, parent, token):
     """The child of ``parent`` with ``token``, or -1."""
     mask = ht.size - 1
