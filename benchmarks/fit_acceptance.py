@@ -5,8 +5,8 @@ What is fitted: for every drafted node whose parent was accepted (the root count
 accepted), whether the target accepted it too: the conditional acceptance of one edge of the
 tree.  Every edge falls in a cell: its source (the request's own trie or the shared one), the
 length of the matched context it continues (bins ``CONTEXT_EDGES``), its parent's count total
-(bins ``TOTAL_EDGES``), whether its parent lies below the anchor (it continues a drafted
-path) and whether it is its parent's first candidate.  Per cell the estimate
+(bins ``TOTAL_EDGES``), its parent's level below the anchor (bins ``LEVEL_EDGES``: the
+drafted tokens of the path it continues) and whether it is its parent's first candidate.  Per cell the estimate
 is ``a + b * freq / total``, fitted by least squares with a ridge pull (``--ridge`` pseudo-
 edges) towards the fit of the coarser cell (source and context only; source only; the
 uncalibrated ``0 + 1 * ratio`` at the top), so that sparse cells borrow from their neighbours.
@@ -17,7 +17,10 @@ The trees are drafted by ``NgramConfig.preset("calibrated")`` (wide trees) on th
 with the current table (one refinement round: its trees are the ones it will score).
 Only the ``"tune"`` part (``ngramspec.holdout``) is read.
 
-    python benchmarks/fit_acceptance.py [--calibrated] [--write]
+``--save``/``--load`` keep the collected edges (each with its request's index) for
+re-fitting without drafting again.
+
+    python benchmarks/fit_acceptance.py [--calibrated] [--ridge R] [--write] [--save F.npy]
 """
 
 from __future__ import annotations
@@ -191,7 +194,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calibrated", action="store_true",
                     help="draft with the current table (a refinement round)")
-    ap.add_argument("--ridge", type=float, default=20.0)
+    ap.add_argument("--ridge", type=float, default=60.0)
     ap.add_argument("--write", action="store_true", help="write ngramspec/_acceptance_table.py")
     ap.add_argument("--save", help="also save the collected edges here (.npy)")
     ap.add_argument("--load", help="fit on edges saved by --save instead of collecting")

@@ -10,8 +10,10 @@ from certain) and pessimistic on long matches in the request's own text (copying
 
 with ``(a, b)`` looked up by the child's *cell*: its source (the request's own trie or the
 shared one), the length of the matched context it continues (bins ``CONTEXT_EDGES``), its
-parent's count total (bins ``TOTAL_EDGES``), whether its parent lies below its anchor and
-whether it is its parent's first candidate.
+parent's count total (bins ``TOTAL_EDGES``), its parent's level below its anchor (bins
+``LEVEL_EDGES``: how many drafted tokens of the path the child continues; once a long copy
+has started, the next token is likelier than after one token) and whether it is its
+parent's first candidate.
 The table was fitted on the tuning part of the shipped streams (:mod:`ngramspec.holdout`) by
 ``benchmarks/fit_acceptance.py``; the construction is otherwise unchanged (best first by path
 probability, now the calibrated one).
