@@ -5,8 +5,8 @@ What is fitted: for every drafted node whose parent was accepted (the root count
 accepted), whether the target accepted it too: the conditional acceptance of one edge of the
 tree.  Every edge falls in a cell: its source (the request's own trie or the shared one), the
 length of the matched context it continues (bins ``CONTEXT_EDGES``), its parent's count total
-(bins ``TOTAL_EDGES``), whether its parent lies below the anchor (it continues a drafted
-path) and whether it is its parent's first candidate.  Per cell the estimate
+(bins ``TOTAL_EDGES``), its parent's level below the anchor (bins ``LEVEL_EDGES``: the
+drafted tokens of the path it continues) and whether it is its parent's first candidate.  Per cell the estimate
 is ``a + b * freq / total``, fitted by least squares with a ridge pull (``--ridge`` pseudo-
 edges) towards the fit of the coarser cell (source and context only; source only; the
 uncalibrated ``0 + 1 * ratio`` at the top), so that sparse cells borrow from their neighbours.
@@ -17,7 +17,10 @@ The trees are drafted by ``NgramConfig.preset("calibrated")`` (wide trees) on th
 with the current table (one refinement round: its trees are the ones it will score).
 Only the ``"tune"`` part (``ngramspec.holdout``) is read.
 
-    python benchmarks/fit_acceptance.py [--calibrated] [--write]
+``--save``/``--load`` keep the collected edges (each with its request's index) for
+re-fitting without drafting again.
+
+    python benchmarks/fit_acceptance.py [--calibrated] [--ridge R] [--write] [--save F.npy]
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from ngramspec.streams import embedded_streams_path, read_streams
 
 CONTEXT_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24)
 TOTAL_EDGES = (1, 2, 3, 5)
+LEVEL_EDGES = (0, 1, 2, 4, 8)
 
 _CELLS: list = []  # per node of the last tree: (source, context length, total, rank, ratio)
 
@@ -68,10 +72,9 @@ def _instrumented(sources, params, source_ids=None):
                 below = _depth(node) - d
                 for rank, (p, _, child) in enumerate(kids[:budget]):
                     if cal:
-                        p = prob * calibrated_conditional(cal, src, below + d_top,
-                                                          int(below > 0), total, rank,
-                                                          child.freq)
-                    cell = (src, below + d_top, int(below > 0), total, rank, child.freq / total)
+                        p = prob * calibrated_conditional(cal, src, below + d_top, below,
+                                                          total, rank, child.freq)
+                    cell = (src, below + d_top, below, total, rank, child.freq / total)
                     heapq.heappush(heap, (-p, next(order), pos, child, cell))
 
             push_children(0, anchor, 1.0)
@@ -96,11 +99,12 @@ def _instrumented(sources, params, source_ids=None):
 
 
 def collect(config: ns.NgramConfig, rows: list[dict]) -> np.ndarray:
-    """One row per drafted node whose parent was accepted: source, context length, deep,
-    total, rank, count ratio, accepted (0/1).  ``build_adaptive`` must be instrumented."""
+    """One row per drafted node whose parent was accepted: source, context length, the
+    parent's level below the anchor, total, rank, count ratio, accepted (0/1), the request's
+    index in ``rows``.  ``build_adaptive`` must be instrumented."""
     drafter = ns.Drafter(config=config, backend="reference")
     out = []
-    for r in rows:
+    for i, r in enumerate(rows):
         output = r["output_ids"]
         if len(output) < 2:
             continue
@@ -121,7 +125,7 @@ def collect(config: ns.NgramConfig, rows: list[dict]) -> np.ndarray:
                 depth[s] = depth[p] + 1
                 on_path[s] = on_path[p] and depth[p] < len(rec) and tokens[s] == rec[depth[p]]
                 if on_path[p]:
-                    out.append(nodes[s] + (float(on_path[s]),))
+                    out.append(nodes[s] + (float(on_path[s]), i))
             accepted = int(on_path.sum())  # the root and the accepted drafts
             e = min(accepted, len(rec))
             drafter.accept({r["id"]: output[done:done + e]})
@@ -144,12 +148,14 @@ def _ridge(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float) -> np.
     return np.linalg.solve(X.T @ X + ridge * np.eye(2), X.T @ y + ridge * prior)
 
 
-def fit(edges: np.ndarray, ridge: float) -> np.ndarray:
-    """Coefficients ``(a, b)`` per (source, context bin, total bin, deep, rank 0 or not)."""
-    src, ctx, deep, total, rank, ratio, acc = edges.T
+def fit(edges: np.ndarray, ridge: float, level_edges=LEVEL_EDGES) -> np.ndarray:
+    """Coefficients ``(a, b)`` per (source, context bin, total bin, level bin, rank 0 or
+    not)."""
+    src, ctx, level, total, rank, ratio, acc = edges.T[:7]
     ci = np.searchsorted(CONTEXT_EDGES, ctx, side="right") - 1
     ti = np.searchsorted(TOTAL_EDGES, total, side="right") - 1
-    coef = np.zeros((2, len(CONTEXT_EDGES), len(TOTAL_EDGES), 2, 2, 2))
+    li = np.searchsorted(level_edges, level, side="right") - 1
+    coef = np.zeros((2, len(CONTEXT_EDGES), len(TOTAL_EDGES), len(level_edges), 2, 2))
     for s in range(2):
         ms = src == s
         ps = _ridge(ratio[ms], acc[ms], np.array([0.0, 1.0]), ridge)
@@ -159,9 +165,9 @@ def fit(edges: np.ndarray, ridge: float) -> np.ndarray:
             for t in range(len(TOTAL_EDGES)):
                 mt = mc & (ti == t)
                 pt = _ridge(ratio[mt], acc[mt], pc, ridge)
-                for g in range(2):
+                for g in range(len(level_edges)):
                     for r in range(2):
-                        m = mt & (deep == g) & ((rank > 0) == bool(r))
+                        m = mt & (li == g) & ((rank > 0) == bool(r))
                         coef[s, c, t, g, r] = _ridge(ratio[m], acc[m], pt, ridge)
     return coef
 
@@ -171,8 +177,9 @@ def table_source(coef: np.ndarray, note: str) -> str:
              'benchmarks/fit_acceptance.py; do not edit by hand).',
              "", note, '"""', "",
              f"CONTEXT_EDGES = {CONTEXT_EDGES}", f"TOTAL_EDGES = {TOTAL_EDGES}",
-             "#: (a, b) per source (own trie, shared), context bin, total bin, deep (no, yes),",
-             "#: rank (first, other).",
+             f"LEVEL_EDGES = {LEVEL_EDGES}",
+             "#: (a, b) per source (own trie, shared), context bin, total bin, level bin (the",
+             "#: parent's level below the anchor), rank (first, other).",
              "COEFFICIENTS = ("]
     for s in range(2):
         for c in range(len(CONTEXT_EDGES)):
@@ -187,8 +194,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calibrated", action="store_true",
                     help="draft with the current table (a refinement round)")
-    ap.add_argument("--ridge", type=float, default=20.0)
+    ap.add_argument("--ridge", type=float, default=60.0)
     ap.add_argument("--write", action="store_true", help="write ngramspec/_acceptance_table.py")
+    ap.add_argument("--save", help="also save the collected edges here (.npy)")
+    ap.add_argument("--load", help="fit on edges saved by --save instead of collecting")
     args = ap.parse_args()
     rows = split_streams(read_streams(embedded_streams_path()), part="tune")
     config = ns.NgramConfig.preset("calibrated", calibrated_estimates=args.calibrated)
@@ -200,14 +209,19 @@ def main() -> None:
         return tree, probs, used
 
     t0 = time.perf_counter()
-    ref_backend.build_adaptive = keep_tree
-    try:
-        edges = collect(config, rows)
-    finally:
-        ref_backend.build_adaptive = orig
+    if args.load:
+        edges = np.load(args.load)
+    else:
+        ref_backend.build_adaptive = keep_tree
+        try:
+            edges = collect(config, rows)
+        finally:
+            ref_backend.build_adaptive = orig
+    if args.save:
+        np.save(args.save, edges)
     coef = fit(edges, args.ridge)
     print(f"{len(edges)} edges from {len(rows)} tuning requests in "
-          f"{time.perf_counter() - t0:.1f} s; mean accepted {edges[:, -1].mean():.3f}")
+          f"{time.perf_counter() - t0:.1f} s; mean accepted {edges[:, 6].mean():.3f}")
     if args.write:
         note = (f"Fitted on the {len(rows)} tuning requests (ngramspec.holdout), "
                 f"{len(edges)} edges, ridge {args.ridge:g}, trees drafted "

@@ -10,8 +10,10 @@ from certain) and pessimistic on long matches in the request's own text (copying
 
 with ``(a, b)`` looked up by the child's *cell*: its source (the request's own trie or the
 shared one), the length of the matched context it continues (bins ``CONTEXT_EDGES``), its
-parent's count total (bins ``TOTAL_EDGES``), whether its parent lies below its anchor and
-whether it is its parent's first candidate.
+parent's count total (bins ``TOTAL_EDGES``), its parent's level below its anchor (bins
+``LEVEL_EDGES``: how many drafted tokens of the path the child continues; once a long copy
+has started, the next token is likelier than after one token) and whether it is its
+parent's first candidate.
 The table was fitted on the tuning part of the shipped streams (:mod:`ngramspec.holdout`) by
 ``benchmarks/fit_acceptance.py``; the construction is otherwise unchanged (best first by path
 probability, now the calibrated one).
@@ -50,7 +52,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._acceptance_table import COEFFICIENTS, CONTEXT_EDGES, TOTAL_EDGES
+from ._acceptance_table import COEFFICIENTS, CONTEXT_EDGES, LEVEL_EDGES, TOTAL_EDGES
 from .config import NgramConfig
 
 __all__ = ["calibration_array", "step_costs", "check_costs", "Reliability", "reliability",
@@ -61,9 +63,12 @@ DEFAULT_BINS = (1.0, 1.0 + 1e-9, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 9.0, math.inf)
 
 
 def _table() -> np.ndarray:
-    nc, nt = len(CONTEXT_EDGES), len(TOTAL_EDGES)
+    nc, nt, nl = len(CONTEXT_EDGES), len(TOTAL_EDGES), len(LEVEL_EDGES)
     coef = np.asarray(COEFFICIENTS, np.float64).reshape(-1)
-    return np.concatenate([[nc, nt], CONTEXT_EDGES, TOTAL_EDGES, coef]).astype(np.float64)
+    if coef.size != 2 * 2 * nc * nt * nl * 2:
+        raise RuntimeError("the acceptance table does not match its bin edges")
+    return np.concatenate([[nc, nt, nl], CONTEXT_EDGES, TOTAL_EDGES, LEVEL_EDGES,
+                           coef]).astype(np.float64)
 
 
 _TABLE = _table()
@@ -71,8 +76,9 @@ _OFF = np.zeros(0, np.float64)
 
 
 def calibration_array(config: NgramConfig) -> np.ndarray:
-    """The table as the kernels take it: ``[nc, nt, context edges, total edges, (a, b) per
-    cell]`` (float64), or an empty array when ``config.calibrated_estimates`` is off.
+    """The table as the kernels take it: ``[nc, nt, nl, context edges, total edges, level
+    edges, (a, b) per cell]`` (float64), or an empty array when
+    ``config.calibrated_estimates`` is off.
 
     Examples
     --------
@@ -80,8 +86,8 @@ def calibration_array(config: NgramConfig) -> np.ndarray:
     >>> calibration_array(ns.NgramConfig.recommended()).size
     0
     >>> t = calibration_array(ns.NgramConfig.preset("calibrated"))
-    >>> int(t[0]), int(t[1]), t.size
-    (10, 4, 656)
+    >>> int(t[0]), int(t[1]), int(t[2]), t.size
+    (10, 4, 5, 1622)
     """
     return _TABLE if config.calibrated_estimates else _OFF
 

@@ -201,6 +201,32 @@ def test_reliability_records_predicted_and_realised(streams):
     assert rel.worst(min_share=0.0) == max(abs(b["ratio"] - 1) for b in bins)
 
 
+@given(st.integers(0, 1), st.integers(1, 40), st.integers(0, 30), st.integers(1, 12),
+       st.integers(0, 5), st.data())
+def test_cell_lookup_engine_equals_reference(src, ctx_len, level, total, rank, data):
+    """The calibrated conditional of one child, every feature's bins (the parent's level
+    below the anchor included), is the same float in the kernel and the reference."""
+    from ngramspec.engine.adaptive import cond_estimate
+    from ngramspec.reference.adaptive import calibrated_conditional
+
+    table = calibration_array(ns.NgramConfig.preset("calibrated"))
+    freq = data.draw(st.integers(1, total))
+    eng = cond_estimate(table, src, ctx_len, level, total, rank, freq)
+    ref = calibrated_conditional(table.tolist(), src, ctx_len, level, total, rank, freq)
+    assert_array_equal(np.float64(eng), np.float64(ref))
+    assert 0.0 <= ref <= 1.0
+
+
+def test_level_bins_change_the_estimate():
+    """The parent's level below the anchor is read: in the request's own trie after a long
+    match, the same count ratio gives different estimates at different levels."""
+    from ngramspec.reference.adaptive import calibrated_conditional
+
+    table = calibration_array(ns.NgramConfig.preset("calibrated")).tolist()
+    by_level = {calibrated_conditional(table, 0, 12, level, 1, 0, 1) for level in range(10)}
+    assert len(by_level) > 1
+
+
 def test_default_behaviour_is_unchanged():
     """Off by default: the count-ratio estimates and no table."""
     cfg = ns.NgramConfig.recommended()

@@ -101,20 +101,25 @@ def _trie_depth(par, node):
 
 
 @jit
-def cond_estimate(cal, src, ctx_len, deep, total, rank, freq):
+def cond_estimate(cal, src, ctx_len, level, total, rank, freq):
     """The calibrated probability of a child (:mod:`ngramspec.acceptance`: the table ``cal``,
-    the source ``src`` (0 own trie, 1 shared), the matched length, whether the parent lies
-    below its anchor (``deep``), the parent's count total, the child's rank among its siblings
-    and its count), clipped to [0, 1]."""
+    the source ``src`` (0 own trie, 1 shared), the matched length, the parent's level below
+    its anchor (``level``: the drafted nodes the path has confirmed before the child), the
+    parent's count total, the child's rank among its siblings and its count), clipped to
+    [0, 1]."""
     nc = int(cal[0])
     nt = int(cal[1])
+    nl = int(cal[2])
     ci = 0
-    while ci + 1 < nc and cal[3 + ci] <= ctx_len:
+    while ci + 1 < nc and cal[4 + ci] <= ctx_len:
         ci += 1
     ti = 0
-    while ti + 1 < nt and cal[3 + nc + ti] <= total:
+    while ti + 1 < nt and cal[4 + nc + ti] <= total:
         ti += 1
-    at = 2 + nc + nt + ((((src * nc + ci) * nt + ti) * 2 + deep) * 2 + min(rank, 1)) * 2
+    li = 0
+    while li + 1 < nl and cal[4 + nc + nt + li] <= level:
+        li += 1
+    at = 3 + nc + nt + nl + ((((src * nc + ci) * nt + ti) * nl + li) * 2 + min(rank, 1)) * 2
     q = cal[at] + cal[at + 1] * (float(freq) / float(total))
     return min(1.0, max(0.0, q))
 
@@ -186,11 +191,10 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_c
                     ch = c_next[ch]
                 # The matched length the child continues, counted from the longest anchor.
                 below = _trie_depth(par, node) - d if cal.size else 0
-                deep = 1 if below > 0 else 0
                 for j in range(kept):
                     p = k_p[j]
                     if cal.size:
-                        p = prob * cond_estimate(cal, src, below + d_top, deep, total, j,
+                        p = prob * cond_estimate(cal, src, below + d_top, below, total, j,
                                                  freq[k_node[j]])
                     _heap_push(h_p, h_o, h_par, h_node, size, p, pushes, pos, k_node[j])
                     size += 1

@@ -107,23 +107,28 @@ def _depth(node: Node) -> int:
     return d
 
 
-def calibrated_conditional(table: Sequence[float], source: int, context_len: int, deep: int,
+def calibrated_conditional(table: Sequence[float], source: int, context_len: int, level: int,
                            total: int, rank: int, freq: int) -> float:
     """The calibrated probability that the target continues with a child, clipped to [0, 1].
 
-    ``table`` (:func:`ngramspec.acceptance.calibration_array`): ``[nc, nt, context-length
-    bin edges (nc), total bin edges (nt), (a, b) per (source, context bin, total bin, deep,
-    rank 0 or not)]``; the estimate is ``a + b * freq / total`` of the child's cell.  ``source``: 0
-    for the request's own trie, 1 for the shared one; ``context_len``: the matched length the
-    child continues (the longest anchor's length in its source plus the child's depth below
-    its anchor, minus one); ``deep``: 1 when its parent lies below the anchor (the child
-    continues a drafted path), else 0; ``rank``: its place among the siblings pushed.
+    ``table`` (:func:`ngramspec.acceptance.calibration_array`): ``[nc, nt, nl, context-length
+    bin edges (nc), total bin edges (nt), level bin edges (nl), (a, b) per (source, context
+    bin, total bin, level bin, rank 0 or not)]``; the estimate is ``a + b * freq / total`` of
+    the child's cell.  ``source``: 0 for the request's own trie, 1 for the shared one;
+    ``context_len``: the matched length the child continues (the longest anchor's length in
+    its source plus the child's depth below its anchor, minus one); ``level``: its parent's
+    level below the anchor (0: the parent is the anchor; else the drafted nodes the path has
+    confirmed before the child, where a long copy makes the next token likelier than a short
+    one does); ``rank``: its place among the siblings pushed.
     """
-    nc, nt = int(table[0]), int(table[1])
-    c_edges, t_edges = table[2:2 + nc], table[2 + nc:2 + nc + nt]
+    nc, nt, nl = int(table[0]), int(table[1]), int(table[2])
+    c_edges = table[3:3 + nc]
+    t_edges = table[3 + nc:3 + nc + nt]
+    l_edges = table[3 + nc + nt:3 + nc + nt + nl]
     ci = max(i for i in range(nc) if i == 0 or c_edges[i] <= context_len)
     ti = max(i for i in range(nt) if i == 0 or t_edges[i] <= total)
-    at = 2 + nc + nt + ((((source * nc + ci) * nt + ti) * 2 + deep) * 2 + min(rank, 1)) * 2
+    li = max(i for i in range(nl) if i == 0 or l_edges[i] <= level)
+    at = 3 + nc + nt + nl + ((((source * nc + ci) * nt + ti) * nl + li) * 2 + min(rank, 1)) * 2
     q = table[at] + table[at + 1] * (float(freq) / float(total))
     return min(1.0, max(0.0, q))
 
@@ -162,9 +167,8 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
                 below = _depth(node) - d if cal else 0
                 for rank, (p, _, child) in enumerate(kids[:budget]):
                     if cal:
-                        p = prob * calibrated_conditional(cal, src, below + d_top,
-                                                          int(below > 0), total, rank,
-                                                          child.freq)
+                        p = prob * calibrated_conditional(cal, src, below + d_top, below,
+                                                          total, rank, child.freq)
                     heapq.heappush(heap, (-p, next(order), pos, child))
 
             push_children(0, anchor, 1.0)
