@@ -194,6 +194,8 @@ class EngineBackend:
         self._match_entry = None
         self._corpus_entry = None  # match_batch_corpora's entry point
         self._no_sel = np.zeros((1, 0), np.int32)  # match_batch_corpora: no selection
+        self._one_offsets = np.zeros(2, np.int64)  # match_corpora at batch 1
+        self._corpus_params = self._params
 
     # Match states ------------------------------------------------------------------------
 
@@ -307,7 +309,12 @@ class EngineBackend:
         Profile ``sglang-0.5.23`` only."""
         n = cp[1]
         b = len(contexts)
-        flat, offsets = _pack(contexts)
+        if b == 1:  # serving's common case: the offsets array reused (read-only in the kernel)
+            flat = _plain(contexts[0]).astype(np.int32, copy=False)
+            offsets = self._one_offsets
+            offsets[1] = flat.size
+        else:
+            flat, offsets = _pack(contexts)
         tokens = np.empty((b, n), np.int32)
         mask = np.empty((b, n, n), np.bool_)
         num = np.empty(b, np.int32)
@@ -317,7 +324,9 @@ class EngineBackend:
         else:
             rows = self._rows_of(keys)
             lens = _plain(np.asarray(total_lens, np.int64))
-        params = self._params[:3] + (int(budget),) + self._params[4:]
+        params = self._corpus_params
+        if params[3] != budget:
+            params = self._corpus_params = self._params[:3] + (int(budget),) + self._params[4:]
         w = walks[0]
         if w[1].size < self.states[0].size:
             from .sam import corpus_walks
