@@ -281,7 +281,7 @@ def _n_kids(s, off, l_tok):
     return hi - lo
 
 
-@jit
+@jit_inline
 def _extend(ctx, start, s, m, off, l_tok, l_dst, length, link):
     """The matching walk of §3.6.4 from ``(s, m)`` over ``ctx[start:]``: afterwards the
     longest suffix found in the corpus has length ``m`` and lies in state ``s``
@@ -302,7 +302,7 @@ def _extend(ctx, start, s, m, off, l_tok, l_dst, length, link):
     return s, m
 
 
-@jit
+@jit_inline
 def _chain(s, m, off, l_tok, length, link, a_state, a_len):
     """The anchors of a walk's end ``(s, m)``: that state, then its suffix links; states with
     children only.  Returns the anchor count."""
@@ -629,7 +629,7 @@ def _merge_kernel(last_tokens, n, p_tokens, p_mask, s_tokens, s_mask, out_tokens
         out_num[b] = cursor - 1
 
 
-@jit
+@jit_inline
 def _layout(n, tree, q_idx, out_tok, out_par):
     """The slot order of :func:`_fill` (SGLang's ``fillResult``) without the mask: each slot's
     token and parent slot, padding (token 0 under the root) up to ``n`` slots.  Trees merged
@@ -660,7 +660,7 @@ def _layout(n, tree, q_idx, out_tok, out_par):
         out_par[i] = 0
 
 
-@jit
+@jit_inline
 def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup):
     """Insert the leaf paths of a tree laid out as tokens and parent slots (``m`` slots,
     parents before children) in slot order, as :func:`_insert_leaf_paths` does, walking each
@@ -768,7 +768,7 @@ def corpus_walks(rows: int, max_depth: int, corpora: int) -> tuple:
             np.zeros((rows, corpora), np.int32))
 
 
-@jit
+@jit_inline
 def _walk_start(ctx, max_depth, walks, row, total):
     """How many of the window's tokens a walk may skip: ``keep`` when the window
     ``ctx[-max_depth:]`` is the last ``keep`` tokens of the row's last window followed by the
