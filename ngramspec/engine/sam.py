@@ -14,7 +14,8 @@ An automaton (:class:`FlatAutomaton`) is a handful of arrays, built once per cor
 
 While building, transitions live in edge lists plus an open-addressing hash table keyed by
 ``(state, token)``, both dropped once the arrays above are made.  The draft trees keep their
-children in libstdc++ ``unordered_map`` order (:mod:`ngramspec.engine.tree`'s model and layout).
+children in libstdc++ ``unordered_map`` order (:mod:`ngramspec.engine.tree`'s model and layout),
+each tree one 2-D int32 array (rows: see ``_TREE_ROWS``).
 
 Matching: :func:`corpus_row` is one request's corpus part (every corpus's tree merged in turn
 into the trie's), called per request by the backend's fused kernel
