@@ -483,6 +483,11 @@ class Corpora:
         """The trie's tree with the reduced budget, then each corpus's merged in, in corpus
         order; the same shapes as a trie-only match.  ``selection`` (from
         :meth:`check_selection`): per request, the corpora it draws from (None: all)."""
+        if selection is None and self._kernel_list is not None and not self.record_parts:
+            # Serving's common case: prepared, one fused kernel call (numba backend only
+            # prepares a kernel list).
+            return backend.match_corpora(contexts, keys, total_lens, self._split[1],
+                                         self._kernel_list, self._cp, self._cs, self._walks)
         cfg = self.config
         if selection is not None and self.backend == "numba":
             if not self.automata:  # every request chose none: the trie alone

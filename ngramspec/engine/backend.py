@@ -16,7 +16,7 @@ from .tree import (BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, 
 from .adaptive import (adaptive_scratch, choose_cap, draft_adaptive, draft_adaptive_saved,
                        layout_prefix)
 from .sam import corpus_row, corpus_scratch_in
-from .trie import M_EPOCH, M_SIZE, Trie, TrieArrays, insert_kernel, unpack
+from .trie import M_EPOCH, M_SIZE, TrieArrays, insert_kernel, unpack
 
 __all__ = ["EngineBackend"]
 
@@ -81,8 +81,8 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
     request ``b`` draws from the corpora ``k`` with ``sel[b, k] != 0`` only, split as SGLang
     splits over the loaded corpora (``sam_budget``: ``external_sam_budget``): per corpus
     ``min(sam_budget, n - 1) // k_b``, the trie the rest, the trie alone with the whole
-    budget when that is 0 or no corpus is chosen."""
-    t = Trie(*trie)
+    budget when that is 0 or no corpus is chosen.  ``trie``: as :func:`match_batch`."""
+    t = unpack(trie)
     st = States(*states)
     cs = corpus_scratch_in(cs)
     max_depth, min_b, max_b, budget, prob_mode = params
@@ -198,6 +198,8 @@ class EngineBackend:
         self._corpus_entry = None  # match_batch_corpora's entry point
         self._no_sel = np.zeros((1, 0), np.int32)  # match_batch_corpora: no selection
         self._offsets1: dict[int, np.ndarray] = {}  # batch-1 offsets by context length
+        self._one_offsets = np.zeros(2, np.int64)  # match_corpora at batch 1
+        self._corpus_params = self._params
 
     # Match states ------------------------------------------------------------------------
 
@@ -324,7 +326,12 @@ class EngineBackend:
         Profile ``sglang-0.5.23`` only."""
         n = cp[1]
         b = len(contexts)
-        flat, offsets = _pack(contexts)
+        if b == 1:  # serving's common case: the offsets array reused (read-only in the kernel)
+            flat = _plain(contexts[0]).astype(np.int32, copy=False)
+            offsets = self._one_offsets
+            offsets[1] = flat.size
+        else:
+            flat, offsets = _pack(contexts)
         tokens = np.empty((b, n), np.int32)
         mask = np.empty((b, n, n), np.bool_)
         num = np.empty(b, np.int32)
@@ -334,7 +341,9 @@ class EngineBackend:
         else:
             rows = self._rows_of(keys)
             lens = _plain(np.asarray(total_lens, np.int64))
-        params = self._params[:3] + (int(budget),) + self._params[4:]
+        params = self._corpus_params
+        if params[3] != budget:
+            params = self._corpus_params = self._params[:3] + (int(budget),) + self._params[4:]
         w = walks[0]
         if w[1].size < self.states[0].size:
             from .sam import corpus_walks
@@ -345,7 +354,7 @@ class EngineBackend:
             w = walks[0] = grown
         if sel is None:
             sel = self._no_sel
-        args = (flat, offsets, rows, lens, keys is None, params, self.trie.bundle, self.states,
+        args = (flat, offsets, rows, lens, keys is None, params, self.trie.packed, self.states,
                 BUCKET_COUNTS, self._buf, automata, cp, cs, w, sel,
                 int(self.config.external_sam_budget), tokens, mask, num)
         kernel = self._corpus_entry

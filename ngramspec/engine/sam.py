@@ -14,7 +14,8 @@ An automaton (:class:`FlatAutomaton`) is a handful of arrays, built once per cor
 
 While building, transitions live in edge lists plus an open-addressing hash table keyed by
 ``(state, token)``, both dropped once the arrays above are made.  The draft trees keep their
-children in libstdc++ ``unordered_map`` order (:mod:`ngramspec.engine.tree`'s model and layout).
+children in libstdc++ ``unordered_map`` order (:mod:`ngramspec.engine.tree`'s model and layout),
+each tree one 2-D int32 array (rows: see ``_TREE_ROWS``).
 
 Matching: :func:`corpus_row` is one request's corpus part (every corpus's tree merged in turn
 into the trie's), called per request by the backend's fused kernel
@@ -29,9 +30,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .._jit import jit
+from .._jit import jit, jit_inline
 from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_layout, fill_result
-from .tree import _map_get as map_get, _map_insert as map_insert
+from .tree import _bucket as bucket
 
 __all__ = ["FlatAutomaton", "merge_batch", "automata_list", "corpus_row",
            "corpus_scratch", "corpus_scratch_in", "corpus_walks", "draft_with_corpora",
@@ -39,6 +40,10 @@ __all__ = ["FlatAutomaton", "merge_batch", "automata_list", "corpus_row",
 
 SEPARATOR = -(2**31)
 _SMALL = 16  # child ranges up to this size are sorted in place
+# A draft tree is one int32 array of these rows per node (one array, not six: a bundle of
+# arrays costs reference counting at every helper call): token, first child, next sibling,
+# child count, bucket count, bucket under the parent (libstdc++ unordered_map order).
+_TREE_ROWS = 6
 
 
 # Building -------------------------------------------------------------------------------------
@@ -253,7 +258,7 @@ def _build_kernel(stream, prob):
 
 # Matching and drafting ------------------------------------------------------------------------
 
-@jit
+@jit_inline
 def _lookup(s, t, off, l_tok, l_dst):
     lo = off[s]
     hi = off[s + 1]
@@ -268,7 +273,7 @@ def _lookup(s, t, off, l_tok, l_dst):
     return -1
 
 
-@jit
+@jit_inline
 def _n_kids(s, off, l_tok):
     lo = off[s]
     hi = off[s + 1]
@@ -277,7 +282,7 @@ def _n_kids(s, off, l_tok):
     return hi - lo
 
 
-@jit
+@jit_inline
 def _extend(ctx, start, s, m, off, l_tok, l_dst, length, link):
     """The matching walk of §3.6.4 from ``(s, m)`` over ``ctx[start:]``: afterwards the
     longest suffix found in the corpus has length ``m`` and lies in state ``s``
@@ -298,7 +303,7 @@ def _extend(ctx, start, s, m, off, l_tok, l_dst, length, link):
     return s, m
 
 
-@jit
+@jit_inline
 def _chain(s, m, off, l_tok, length, link, a_state, a_len):
     """The anchors of a walk's end ``(s, m)``: that state, then its suffix links; states with
     children only.  Returns the anchor count."""
@@ -323,30 +328,81 @@ def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
     return _chain(s, m, off, l_tok, length, link, a_state, a_len)
 
 
-@jit
+@jit_inline
+def _place(tree, par, idx, b):
+    """Put ``idx`` (bucket ``b``) in ``par``'s child list as libstdc++ does: in front of the
+    first child of the same bucket, else at the front of the list."""
+    tree[5, idx] = b
+    prev = -1
+    cur = tree[1, par]
+    while cur != -1 and tree[5, cur] != b:
+        prev = cur
+        cur = tree[2, cur]
+    if cur == -1:
+        tree[2, idx] = tree[1, par]
+        tree[1, par] = idx
+    else:
+        tree[2, idx] = cur
+        if prev == -1:
+            tree[1, par] = idx
+        else:
+            tree[2, prev] = idx
+
+
+@jit_inline
 def _map_insert(par, idx, token, tree, order):
-    """Child ``idx`` with ``token`` under ``par``, in libstdc++ unordered_map order."""
-    t_tok, t_head, t_next, t_cnt, t_bc = tree
-    map_insert(par, idx, token, t_tok, t_head, t_next, t_cnt, t_bc, BUCKET_COUNTS, order)
+    """Child ``idx`` with ``token`` under ``par``, in libstdc++ unordered_map order (the
+    engine's tree model, :mod:`ngramspec.engine.tree`).  Each node keeps its bucket under its
+    parent's bucket count, so a placement takes one modulo, not one per sibling."""
+    tree[0, idx] = token
+    tree[2, idx] = -1
+    tree[1, idx] = -1
+    tree[3, idx] = 0
+    tree[4, idx] = 1
+    bc = tree[4, par]
+    threshold = 0 if bc == 1 else bc
+    if tree[3, par] + 1 > threshold:
+        new_bc = bc
+        for i in range(BUCKET_COUNTS.size):
+            if BUCKET_COUNTS[i] > bc:
+                new_bc = BUCKET_COUNTS[i]
+                break
+        n = 0
+        cur = tree[1, par]
+        while cur != -1:
+            order[n] = cur
+            n += 1
+            cur = tree[2, cur]
+        tree[1, par] = -1
+        for k in range(n):
+            c = order[k]
+            _place(tree, par, c, bucket(tree[0, c], new_bc))
+        tree[4, par] = new_bc
+        bc = new_bc
+    _place(tree, par, idx, bucket(token, bc))
+    tree[3, par] += 1
 
 
-@jit
+@jit_inline
 def _map_get(par, token, tree):
-    return map_get(par, token, tree[0], tree[1], tree[2])
+    cur = tree[1, par]
+    while cur != -1:
+        if tree[0, cur] == token:
+            return cur
+        cur = tree[2, cur]
+    return -1
 
 
 @jit
 def _new_tree(n):
-    tree = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32),
-            np.empty(n, np.int32), np.empty(n, np.int64))
-    return tree
+    return np.empty((_TREE_ROWS, n), np.int32)
 
 
-@jit
+@jit_inline
 def _tree_reset(tree):
-    tree[1][0] = -1
-    tree[3][0] = 0
-    tree[4][0] = 1
+    tree[1, 0] = -1
+    tree[3, 0] = 0
+    tree[4, 0] = 1
 
 
 @jit
@@ -574,39 +630,38 @@ def _merge_kernel(last_tokens, n, p_tokens, p_mask, s_tokens, s_mask, out_tokens
         out_num[b] = cursor - 1
 
 
-@jit
+@jit_inline
 def _layout(n, tree, q_idx, out_tok, out_par):
     """The slot order of :func:`_fill` (SGLang's ``fillResult``) without the mask: each slot's
     token and parent slot, padding (token 0 under the root) up to ``n`` slots.  Trees merged
     again need no more: a slot's parent is the largest ancestor the mask would show."""
-    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
     out_par[0] = -1
     count = 1
     head = 0
     tail = 0
-    cur = t_head[0]
+    cur = tree[1, 0]
     while cur != -1:
         q_idx[tail] = cur
         out_par[tail + 1] = 0
         tail += 1
-        cur = t_next[cur]
+        cur = tree[2, cur]
     while head < tail:
         idx = q_idx[head]
         head += 1
-        out_tok[count] = t_tok[idx]
-        ch = t_head[idx]
+        out_tok[count] = tree[0, idx]
+        ch = tree[1, idx]
         while ch != -1:
             q_idx[tail] = ch
             out_par[tail + 1] = count
             tail += 1
-            ch = t_next[ch]
+            ch = tree[2, ch]
         count += 1
     for i in range(count, n):
         out_tok[i] = 0
         out_par[i] = 0
 
 
-@jit
+@jit_inline
 def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup):
     """Insert the leaf paths of a tree laid out as tokens and parent slots (``m`` slots,
     parents before children) in slot order, as :func:`_insert_leaf_paths` does, walking each
@@ -663,9 +718,9 @@ def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_bread
     heap = top_k * (max_depth + 1) * (2 * m + 2) + 1 if prob else 1
     t1 = trie_budget + 1
     dims = np.array([m, n, t1, big, max_depth + 1, heap], np.int64)
-    n32 = t1 + 4 * m + (m + 1) + 2 * m + 4 * n + (n + 1) + 4 * big + 2 * (max_depth + 1) \
-        + 2 * (m + 1) + 3 * heap
-    return (np.zeros(n32, np.int32), np.zeros(m + n, np.int64), np.zeros(m + 1 + heap),
+    n32 = t1 + _TREE_ROWS * m + (m + 1) + 2 * m + _TREE_ROWS * n + (n + 1) + 4 * big \
+        + 2 * (max_depth + 1) + 2 * (m + 1) + 3 * heap
+    return (np.zeros(n32, np.int32), np.zeros(1, np.int64), np.zeros(m + 1 + heap),
             np.zeros(t1 * t1 + big, np.bool_), dims)
 
 
@@ -673,21 +728,19 @@ def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_bread
 def corpus_scratch_in(bufs):
     """The named work arrays of :func:`corpus_row`, slices of :func:`corpus_scratch`'s
     buffers (the trie row ``cs[0]``/``cs[1]`` first, the result's slot parents ``cs[9]``)."""
-    b32, b64, bf, bb, dims = bufs
+    b32, _, bf, bb, dims = bufs
     m, n, t1, big, d1, heap = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]
     at = 0
     p_tok = b32[at:at + t1]
     at += t1
-    c_tree = (b32[at:at + m], b32[at + m:at + 2 * m], b32[at + 2 * m:at + 3 * m],
-              b32[at + 3 * m:at + 4 * m], b64[:m])
-    at += 4 * m
+    c_tree = b32[at:at + _TREE_ROWS * m].reshape((_TREE_ROWS, m))
+    at += _TREE_ROWS * m
     c_order = b32[at:at + m + 1]
     at += m + 1
     c_tok, c_par = b32[at:at + m], b32[at + m:at + 2 * m]
     at += 2 * m
-    tree = (b32[at:at + n], b32[at + n:at + 2 * n], b32[at + 2 * n:at + 3 * n],
-            b32[at + 3 * n:at + 4 * n], b64[m:m + n])
-    at += 4 * n
+    tree = b32[at:at + _TREE_ROWS * n].reshape((_TREE_ROWS, n))
+    at += _TREE_ROWS * n
     order = b32[at:at + n + 1]
     at += n + 1
     r_tok, r_par = b32[at:at + big], b32[at + big:at + 2 * big]
@@ -716,7 +769,7 @@ def corpus_walks(rows: int, max_depth: int, corpora: int) -> tuple:
             np.zeros((rows, corpora), np.int32))
 
 
-@jit
+@jit_inline
 def _walk_start(ctx, max_depth, walks, row, total):
     """How many of the window's tokens a walk may skip: ``keep`` when the window
     ``ctx[-max_depth:]`` is the last ``keep`` tokens of the row's last window followed by the
