@@ -822,12 +822,7 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
         if code == DONE:
             break
         if code == NEED_ROOM:
-            w0 = time.perf_counter()
-            _grow(trie, int(need[0]))
-            for s in np.flatnonzero(need[1:]):
-                _grow(local[s], int(need[1 + s]))
-                local_list[int(s)] = local[s].bundle
-            wall += time.perf_counter() - w0
+            wall += _make_room(trie, local, local_list, need)
         elif code == PAUSED:
             if progress is not None:
                 progress(int(out_len.sum()), total_tokens)
@@ -838,6 +833,18 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     emitted = [em_count[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
     drafts = [em_drafts[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
     return ReplayOutput(emitted, drafts, int(loop[L_STEPS]), cpu, wall, conc)
+
+
+def _make_room(trie: TrieArrays, local: list[TrieArrays], local_list, need: np.ndarray
+               ) -> float:
+    """Grow the tries the kernel asked room in (``need``: the shared trie's nodes, then each
+    slot's own); returns the seconds it took."""
+    w0 = time.perf_counter()
+    _grow(trie, int(need[0]))
+    for s in np.flatnonzero(need[1:]):
+        _grow(local[s], int(need[1 + s]))
+        local_list[int(s)] = local[s].bundle
+    return time.perf_counter() - w0
 
 
 def _grow(trie: TrieArrays, want: int) -> None:
@@ -1065,12 +1072,7 @@ def replay_stream(requests: Iterable[tuple[np.ndarray, np.ndarray]], config: Ngr
         if code == DONE:
             break
         if code == NEED_ROOM:
-            w0 = time.perf_counter()
-            _grow(trie, int(need[0]))
-            for s in np.flatnonzero(need[1:]):
-                _grow(local[s], int(need[1 + s]))
-                local_list[int(s)] = local[s].bundle
-            wall += time.perf_counter() - w0
+            wall += _make_room(trie, local, local_list, need)
         elif code == NEED_REQUESTS:
             compact()
             read(chunk)
