@@ -592,10 +592,7 @@ def _cmd_simulate_stream(args: argparse.Namespace, config: NgramConfig, cost: An
             raise ValueError(f"--limit must be >= 1, got {args.limit}")
         if args.shard_by is not None:
             raise ValueError("--limit applies to one corpus, not to --shard-by")
-    if args.jobs is not None and args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.address is not None and args.executor != "ray":
-        raise ValueError("--address names a Ray cluster: it needs --executor ray")
+    _check_executor_args(args, args.jobs)
     sources = [str(s) for s in (args.streams or [embedded_streams_path()])]
     label = ", ".join(os.path.basename(s) for s in sources)
     conc = parse_concurrency(args.concurrency)
@@ -926,11 +923,18 @@ def _plot(rows: list[dict], path: str, with_cost: bool, cost_label: str = "") ->
     plt.close(fig)
 
 
+def _check_executor_args(args: argparse.Namespace, jobs: int | None) -> None:
+    """--jobs and --address, checked before any work (sweep and simulate --shard-by)."""
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if args.address is not None and args.executor != "ray":
+        raise ValueError("--address names a Ray cluster: it needs --executor ray")
+
+
 def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
     jobs = args.jobs if args.jobs is not None else (
         None if args.executor == "ray" else os.cpu_count() or 1)
-    if jobs is not None and jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    _check_executor_args(args, jobs)
     if args.retries < 0:
         raise ValueError(f"--retries must be >= 0, got {args.retries}")
     if args.top is not None and args.top < 1:
@@ -939,8 +943,6 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO) -> int:
         raise ValueError("give --holdout or --holdout-by, not both")
     if args.resume and not args.out:
         raise ValueError("--resume continues a results file: give it with --out")
-    if args.address is not None and args.executor != "ray":
-        raise ValueError("--address names a Ray cluster: it needs --executor ray")
     cost = _cost_model(args)
     base = _base_options(args)
     grid = _grid(args, base)
