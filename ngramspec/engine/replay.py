@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
+from numba.typed import List
 
 from .._jit import jit, jit_inline
 from ..config import NgramConfig
@@ -655,16 +656,35 @@ def _pack(seqs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(flat, dtype=np.int32), off
 
 
+@jit
+def _list_of(bundle):
+    out = List()
+    out.append(bundle)
+    return out
+
+
+@jit
+def _list_append(out, bundle):
+    out.append(bundle)
+
+
+@jit
+def _list_set(out, i, bundle):
+    out[i] = bundle
+
+
 def _trie_list(tries: list[TrieArrays]):
-    """The slots' own tries as the kernel takes them (a typed list; a list without the JIT)."""
+    """The slots' own tries as the kernel takes them (a typed list; a list without the JIT).
+
+    The typed list is built and changed only inside cached kernels: its methods called from
+    Python compile on every start (about a second), which dominated short replays."""
     import numba
 
     if numba.config.DISABLE_JIT:
         return [t.bundle for t in tries]
-    out = numba.typed.List()
-    for t in tries:
-        out.append(t.bundle)
-    out[0] = out[0]  # compile the item assignment (used after growth) outside the timing
+    out = _list_of(tries[0].bundle)
+    for t in tries[1:]:
+        _list_append(out, t.bundle)
     return out
 
 
@@ -843,8 +863,15 @@ def _make_room(trie: TrieArrays, local: list[TrieArrays], local_list, need: np.n
     _grow(trie, int(need[0]))
     for s in np.flatnonzero(need[1:]):
         _grow(local[s], int(need[1 + s]))
-        local_list[int(s)] = local[s].bundle
+        _set_slot(local_list, int(s), local[s].bundle)
     return time.perf_counter() - w0
+
+
+def _set_slot(local_list, i: int, bundle) -> None:
+    if isinstance(local_list, list):  # without the JIT
+        local_list[i] = bundle
+    else:
+        _list_set(local_list, i, bundle)
 
 
 def _grow(trie: TrieArrays, want: int) -> None:
