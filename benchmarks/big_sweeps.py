@@ -1,6 +1,6 @@
 """Big sweeps and big corpora: the measurements behind docs/big-sweeps.md.
 
-    python benchmarks/big_sweeps.py scaling --repeats 5     # 16 settings, 2 jobs vs 1
+    python benchmarks/big_sweeps.py scaling --repeats 5     # 16 settings, 2 jobs vs 1, both grids
     python benchmarks/big_sweeps.py ray --repeats 5         # Ray overhead per setting
     python benchmarks/big_sweeps.py generate DIR --requests 1000000 --files 10
     python benchmarks/big_sweeps.py stream DIR              # peak memory and tokens/s
@@ -26,12 +26,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GRID = ["--draft-token-num", "2,4,6,8,10,12,14,16", "--match-type", "BFS,PROB"]
+# Two 16-setting grids: SGLang's BFS/PROB (about 0.1 s per setting on the shipped streams)
+# and ADAPTIVE around recommended() (about 0.25 s per setting).
+GRIDS = {
+    "sglang": ["--draft-token-num", "2,4,6,8,10,12,14,16", "--match-type", "BFS,PROB"],
+    "adaptive": ["--preset", "recommended", "--min-token-prob", "0.1,0.2,0.3,0.5",
+                 "--max-spec-factor", "1,2,3,4"],
+}
 
 
-def _sweep_seconds(jobs: int, executor: str = "local") -> float:
-    """Wall time of the sweep phase as the command reports it (pool start-up included)."""
-    cmd = [sys.executable, "-m", "ngramspec", "sweep", *GRID, "--jobs", str(jobs),
+def _sweep_seconds(jobs: int, executor: str = "local", grid: str = "sglang") -> float:
+    """Wall time of the sweep phase as the command reports it (kernel loading and pool
+    start-up included)."""
+    cmd = [sys.executable, "-m", "ngramspec", "sweep", *GRIDS[grid], "--jobs", str(jobs),
            "--executor", executor, "--no-progress"]
     text = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                           capture_output=True, text=True, check=True).stdout
@@ -39,15 +46,18 @@ def _sweep_seconds(jobs: int, executor: str = "local") -> float:
 
 
 def scaling(repeats: int) -> None:
-    one, two = [], []
-    for _ in range(repeats):  # interleaved: load from other work hits both alike
-        one.append(_sweep_seconds(1))
-        two.append(_sweep_seconds(2))
-    m1, m2 = statistics.median(one), statistics.median(two)
-    print(f"16 settings, 133 shipped requests, {os.cpu_count()} CPUs")
-    print(f"  1 job : {', '.join(f'{x:.2f}' for x in one)} s (median {m1:.2f})")
-    print(f"  2 jobs: {', '.join(f'{x:.2f}' for x in two)} s (median {m2:.2f})")
-    print(f"  speed-up (median 1 job / median 2 jobs): {m1 / m2:.2f}x")
+    print(f"16 settings per grid, 133 shipped requests, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f} at the start")
+    for grid in GRIDS:
+        one, two = [], []
+        for _ in range(repeats):  # interleaved: load from other work hits both alike
+            one.append(_sweep_seconds(1, grid=grid))
+            two.append(_sweep_seconds(2, grid=grid))
+        m1, m2 = statistics.median(one), statistics.median(two)
+        print(f"{grid} grid ({' '.join(GRIDS[grid])})")
+        print(f"  1 job : {', '.join(f'{x:.2f}' for x in one)} s (median {m1:.2f})")
+        print(f"  2 jobs: {', '.join(f'{x:.2f}' for x in two)} s (median {m2:.2f})")
+        print(f"  speed-up (median 1 job / median 2 jobs): {m1 / m2:.2f}x")
 
 
 def _noop(task, shared):
