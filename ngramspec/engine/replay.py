@@ -262,6 +262,24 @@ def _gather(p_flat, p_off, o_flat, o_off, r, lo, hi, dst):
 
 
 @jit
+def _known_anchors(pc, row, total, top, mode, out):
+    """The own trie's node of each of the last ``top`` tokens' suffixes of a request of
+    ``total`` tokens, from its remembered counted insert (``pc``), into ``out[1:top + 1]``;
+    False when they are not all known.
+
+    That insert ended at the request's last token and walked (or created) the path of every
+    n-gram ending there, and nothing touched the own trie since; in mode LRU_LIST a node it
+    walked could have been evicted by a later suffix of the same insert: not used there."""
+    pc_node, _, pc_start, pc_len = pc
+    w = pc_len[row]
+    if mode == LRU_LIST or w < top or pc_start[row] + w != total:
+        return False
+    for d in range(1, top + 1):
+        out[d] = pc_node[row, w - d, d - 1]
+    return True
+
+
+@jit
 def _reset_trie(t):
     """An empty trie (``TrieArrays.reset`` without the epoch: local tries match statelessly)."""
     meta = t.meta
@@ -495,10 +513,14 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
         cap = 0
         if auto:
             for b in range(nrun):
+                r = run_req[b]
                 ctx = win_flat[win_off[b]:win_off[b + 1]]
                 if local:
-                    used = draft_tree(ctx, a_params, Trie(*local_tries[run_row[b]]), t,
-                                      bucket_counts, asc, out_tokens, out_mask, out_prob, cal)
+                    row = run_row[b]
+                    known = _known_anchors(pcc, row, p_off[r + 1] - p_off[r] + out_len[r],
+                                           min(ctx.size, depth), l_mode[row], asc.l_nodes)
+                    used = draft_tree(ctx, a_params, Trie(*local_tries[row]), t, bucket_counts,
+                                      asc, out_tokens, out_mask, out_prob, cal, known)
                 else:
                     used = draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens,
                                       out_mask, out_prob, cal)
@@ -517,8 +539,10 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                                   prob_rows[b], asc, bucket_counts, out_tokens, out_mask,
                                   out_prob)
                 elif local:
+                    known = _known_anchors(pcc, row, p_off[r + 1] - p_off[r] + out_len[r],
+                                           min(ctx.size, depth), l_mode[row], asc.l_nodes)
                     used = draft_tree(ctx, a_params, Trie(*local_tries[row]), t, bucket_counts,
-                                      asc, out_tokens, out_mask, out_prob, cal)
+                                      asc, out_tokens, out_mask, out_prob, cal, known)
                 else:
                     used = draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens,
                                       out_mask, out_prob, cal)
