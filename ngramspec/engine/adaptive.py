@@ -18,7 +18,7 @@ from collections import namedtuple
 import numpy as np
 
 from .._jit import jit
-from .tree import _map_get, _map_insert, _tree_reset, fill_result
+from .tree import _map_insert, _tree_reset, fill_result
 from .trie import Trie, _slot
 
 __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adaptive_saved",
@@ -242,11 +242,16 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
             size -= 1
             if prob <= 0.0 or prob < min_prob:
                 break
-            pos = _map_get(parent, tok[node], t_tok, t_head, t_next)
+            # The tree node of `node` below `parent` (the tree map's lookup, spelled out: no
+            # reference counts per pop).
+            tn = tok[node]
+            pos = t_head[parent]
+            while pos != -1 and t_tok[pos] != tn:
+                pos = t_next[pos]
             if pos == -1:
                 used += 1
                 pos = used
-                _map_insert(parent, pos, tok[node], t_tok, t_head, t_next, t_cnt, t_bc,
+                _map_insert(parent, pos, tn, t_tok, t_head, t_next, t_cnt, t_bc,
                             bucket_counts, order)
                 t_prob[pos] = prob
                 t_lvl[pos] = t_lvl[parent] + 1
