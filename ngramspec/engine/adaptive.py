@@ -2,8 +2,10 @@
 :mod:`ngramspec.reference.adaptive`).
 
 Up to two sources (a request's own trie, then the shared one) are given as the arrays of two
-tries; anchors are found statelessly.  The candidate heap is preallocated to its bound.  The candidate heap is keyed by (probability descending,
-push order ascending): all keys differ, so any correct heap pops in the reference's order.
+tries; anchors are found statelessly (walked from the root), or, for the own trie, handed over
+by a caller that knows them (the compiled replay: its last insert walked them).  The candidate
+heap is preallocated to its bound and keyed by (probability descending, push order
+ascending): all keys differ, so any correct heap pops in the reference's order.
 
 The estimates (count ratios, or :func:`cond_estimate` with a calibration table) and the size
 chosen after construction (:func:`keeps_tree` for a fixed ``min_expected_accept``;
