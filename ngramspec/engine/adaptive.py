@@ -2,8 +2,10 @@
 :mod:`ngramspec.reference.adaptive`).
 
 Up to two sources (a request's own trie, then the shared one) are given as the arrays of two
-tries; anchors are found statelessly.  The candidate heap is preallocated to its bound.  The candidate heap is keyed by (probability descending,
-push order ascending): all keys differ, so any correct heap pops in the reference's order.
+tries; anchors are found statelessly (walked from the root), or, for the own trie, handed over
+by a caller that knows them (the compiled replay: its last insert walked them).  The candidate
+heap is preallocated to its bound and keyed by (probability descending, push order
+ascending): all keys differ, so any correct heap pops in the reference's order.
 
 The estimates (count ratios, or :func:`cond_estimate` with a calibration table) and the size
 chosen after construction (:func:`keeps_tree` for a fixed ``min_expected_accept``;
@@ -18,8 +20,8 @@ from collections import namedtuple
 import numpy as np
 
 from .._jit import jit
-from .tree import _map_get, _map_insert, _tree_reset, fill_result
-from .trie import Trie, child_of
+from .tree import _map_insert, _tree_reset, fill_result
+from .trie import Trie, _slot
 
 __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adaptive_saved",
            "choose_cap", "layout_prefix", "cond_estimate"]
@@ -27,10 +29,16 @@ __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adapt
 #: Work arrays of one ADAPTIVE tree: anchors, the tree (as in :data:`~.tree.Scratch`) with
 #: ``t_prob`` per node, ``slot_parent``, the top-children list ``k_p``/``k_node``, the
 #: candidate heap ``h_p``/``h_o``/``h_par``/``h_node`` (probability, push order, tree parent,
-#: trie node) and ``t_lvl``, the tree level of each tree node.
+#: trie node), ``t_lvl``, the tree level of each tree node, and ``l_nodes``: the own trie's
+#: node of each context suffix, when the caller knows them (index ``d``: the suffix of ``d``
+#: tokens, -1 absent).
 AdaptiveScratch = namedtuple("AdaptiveScratch", "a_nodes a_depths t_tok t_head t_next t_cnt "
                                                 "t_bc order t_prob slot_parent k_p k_node h_p "
-                                                "h_o h_par h_node t_lvl")
+                                                "h_o h_par h_node t_lvl l_nodes")
+
+
+# Children of a node looked through before the child table, in the anchor walks.
+_SCAN = 4
 
 
 @jit
@@ -52,7 +60,8 @@ def adaptive_scratch(budget, max_depth):
             np.empty(max(budget, 1), np.float64), np.empty(max(budget, 1), np.int32),  # top kids
             np.empty(cap, np.float64), np.empty(cap, np.int64), np.empty(cap, np.int32),
             np.empty(cap, np.int32),  # heap: p, order, tree parent, trie node
-            np.zeros(n, np.int32))  # tree levels
+            np.zeros(n, np.int32),  # tree levels
+            np.full(max_depth + 1, -1, np.int32))  # known own-trie anchors
 
 
 @jit
@@ -125,14 +134,17 @@ def cond_estimate(cal, src, ctx_len, level, total, rank, freq):
 
 
 @jit
-def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_counts, sc,
-                   used, src, cal):
-    """Expand the anchors of one trie into the tree; ``pseudo``: its pseudo-count
-    (``shared_pseudo_count``; 0.0 = plain conditional frequencies); ``src``: 0 for the
-    request's own trie, 1 for the shared one; ``cal``: the calibration table (empty: none)."""
+def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
+    """Expand the anchors of one trie into the tree; ``src``: 0 for the request's own trie
+    (plain conditional frequencies), 1 for the shared one (with its pseudo-count
+    ``shared_pseudo_count``); ``cal``: the calibration table (empty: none); ``known``: the
+    anchors' nodes are in ``sc.l_nodes`` (else each is walked from the root)."""
+    max_depth, budget, min_prob, factor, _, shared_pseudo = params
+    pseudo = shared_pseudo if src == 1 else 0.0
     (_, _, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
-     h_p, h_o, h_par, h_node, t_lvl) = sc
+     h_p, h_o, h_par, h_node, t_lvl, l_nodes) = sc
     tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
+    mask = ht.size - 1
     # Every context suffix up to the trie depth that is a trie path with children, longest
     # first (0.5.9's window rule with the window 1..depth), found as it is reached: the limit
     # of an anchor only falls with its length, so once one is reached, every shorter anchor
@@ -144,11 +156,37 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_c
             limit = min(budget, max(1, int(factor * d)))
         if used >= limit:
             break
-        node = 0
-        for k in range(ctx.size - d, ctx.size):
-            node = child_of(ht, par, tok, node, ctx[k])
-            if node == -1:
-                break
+        if known:
+            node = l_nodes[d]
+        else:
+            # The walk spells out the trie's child lookup (a helper with a loop, inlined
+            # here, would make Numba count references to its arrays at every token): below
+            # the root the first few children first (deep nodes have one or two), then the
+            # child table.
+            node = 0
+            for k in range(ctx.size - d, ctx.size):
+                tk = ctx[k]
+                child = -1
+                ch = c_head[node] if node != 0 else -1
+                for _ in range(_SCAN):
+                    if ch == -1 or tok[ch] == tk:
+                        break
+                    ch = c_next[ch]
+                if ch != -1 and tok[ch] == tk:
+                    child = ch
+                elif node == 0 or ch != -1:
+                    j = _slot(node, tk, mask)
+                    while True:
+                        v = ht[j]
+                        if v == -1:
+                            break
+                        if tok[v] == tk and par[v] == node:
+                            child = v
+                            break
+                        j = (j + 1) & mask
+                node = child
+                if node == -1:
+                    break
         if node == -1 or c_head[node] == -1:
             continue
         if d_top == 0:
@@ -206,11 +244,16 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_c
             size -= 1
             if prob <= 0.0 or prob < min_prob:
                 break
-            pos = _map_get(parent, tok[node], t_tok, t_head, t_next)
+            # The tree node of `node` below `parent` (the tree map's lookup, spelled out: no
+            # reference counts per pop).
+            tn = tok[node]
+            pos = t_head[parent]
+            while pos != -1 and t_tok[pos] != tn:
+                pos = t_next[pos]
             if pos == -1:
                 used += 1
                 pos = used
-                _map_insert(parent, pos, tok[node], t_tok, t_head, t_next, t_cnt, t_bc,
+                _map_insert(parent, pos, tn, t_tok, t_head, t_next, t_cnt, t_bc,
                             bucket_counts, order)
                 t_prob[pos] = prob
                 t_lvl[pos] = t_lvl[parent] + 1
@@ -221,26 +264,25 @@ def _expand_source(ctx, max_depth, budget, min_prob, factor, pseudo, t, bucket_c
 
 @jit
 def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask, out_prob,
-               cal):
+               cal, local_known=False):
     """One request's ADAPTIVE tree from the named tries ``local`` (searched first; None: no
     local trie) and ``shared``, laid out in SGLang's format; returns the drafted count.
     ``params``: ``(max_depth, budget, min_prob, factor, min_expected, shared_pseudo)``;
     ``cal``: the calibration table of :mod:`ngramspec.acceptance` (empty: probabilities from
-    counts)."""
-    max_depth, budget, min_prob, factor, min_expected, shared_pseudo = params
+    counts); ``local_known``: the caller wrote the local trie's node of every context suffix
+    into ``sc.l_nodes`` (its anchors need no walks)."""
+    min_expected = params[4]
     t_head, t_cnt, t_bc, order, t_prob = sc.t_head, sc.t_cnt, sc.t_bc, sc.order, sc.t_prob
     _tree_reset(t_head, t_cnt, t_bc)
     t_prob[0] = 1.0
     used = 0
     if local is not None:
-        used = _expand_source(ctx, max_depth, budget, min_prob, factor, 0.0, local,
-                              bucket_counts, sc, used, 0, cal)
-    used = _expand_source(ctx, max_depth, budget, min_prob, factor, shared_pseudo, shared,
-                          bucket_counts, sc, used, 1, cal)
+        used = _expand_source(ctx, params, local, bucket_counts, sc, used, 0, cal, local_known)
+    used = _expand_source(ctx, params, shared, bucket_counts, sc, used, 1, cal, False)
     if used > 0 and not keeps_tree(t_prob, used, min_expected):
         _tree_reset(t_head, t_cnt, t_bc)
         used = 0
-    n = budget + 1
+    n = params[1] + 1
     fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
     out_prob[0] = 1.0
     for s in range(1, n):

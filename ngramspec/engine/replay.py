@@ -43,15 +43,14 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from numba.typed import List
 
-from .._jit import jit, jit_inline
+from .._jit import jit
 from ..config import NgramConfig
 from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .match import States, match_anchors, new_states, window_anchors
 from .sam import corpus_scratch_in, draft_with_corpora, replay_corpora
 from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
-                   TrieArrays, _g_push_back, _g_push_front, _g_unlink, _ht_put,
-                   _push_child_front, child_of, squeeze)
+                   TrieArrays, _g_push_back, _g_push_front, _g_unlink, _slot, squeeze)
 
 __all__ = ["replay", "replay_stream", "ReplayOutput"]
 
@@ -100,8 +99,8 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, p
       of ``seq`` in its request;
     - the global LRU list (read only by eviction) is kept as a list only in ``mode``
       LRU_LIST, which the caller sets from the first insert that could evict on.  Before that
-      (LRU_STAMPS) each touch writes the ``clock`` into the node's LRU links instead (two
-      int32 halves, see :func:`_stamp`); :func:`_build_lru` turns those stamps into the very
+      (LRU_STAMPS) each touch writes the ``clock`` (< 2**62) into the node's LRU links instead
+      (``g_next`` its high bits, ``g_prev`` its low 31); :func:`_build_lru` turns those stamps into the very
       list the linked moves would have made (a touch moves a node to the front).  In LRU_NONE
       the caller has proven that this trie cannot evict for the rest of the run: nothing is
       kept.  Without eviction no node goes stale, so remembered nodes need version checks
@@ -111,6 +110,7 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, p
                                                    t.c_next, t.c_prev)
     g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
     pc_node, pc_ver, pc_start, pc_len = pc
+    mask = ht.size - 1
     w = seq.size
     old_start = 0
     old_len = 0
@@ -118,6 +118,10 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, p
         old_start = pc_start[row]
         old_len = pc_len[row]
     known_end = old_len - skip  # the previous insert's suffixes are those before this
+    # The loop below spells out the child lookup, the table insert and the sibling moves
+    # instead of calling the trie's helpers: a helper with a loop, inlined here, makes Numba
+    # count references to its array arguments at every node (measured: half of the replay's
+    # time went to those atomic counts).
     for i in range(w - skip):
         length = min(w - i, max_depth)
         free_count = capacity - meta[M_SIZE]
@@ -135,7 +139,25 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, p
                 if mode != LRU_LIST or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
             if child == -1 and not fresh:
-                child = _child(c_head, c_next, tok, ht, par, cur, tk)
+                # The first few children (most nodes have one or two, whose slots lie near
+                # their parent's), then the child table (scattered slots).
+                ch = c_head[cur]
+                for _ in range(_SCAN):
+                    if ch == -1 or tok[ch] == tk:
+                        break
+                    ch = c_next[ch]
+                if ch != -1 and tok[ch] == tk:
+                    child = ch
+                elif ch != -1:
+                    s = _slot(cur, tk, mask)
+                    while True:
+                        v = ht[s]
+                        if v == -1:
+                            break
+                        if tok[v] == tk and par[v] == cur:
+                            child = v
+                            break
+                        s = (s + 1) & mask
             if child == -1:
                 if meta[M_FREETOP] > 0:
                     meta[M_FREETOP] -= 1
@@ -149,8 +171,16 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, p
                 par[child] = cur
                 freq[child] = 1 if i + k >= count_from else 0
                 c_head[child] = -1
-                _ht_put(ht, cur, tk, child)
-                _push_child_front(c_head, c_next, c_prev, cur, child)
+                s = _slot(cur, tk, mask)  # into the child table
+                while ht[s] != -1:
+                    s = (s + 1) & mask
+                ht[s] = child
+                h = c_head[cur]  # the front of its siblings
+                c_next[child] = h
+                c_prev[child] = -1
+                if h != -1:
+                    c_prev[h] = child
+                c_head[cur] = child
                 if mode == LRU_LIST:
                     _g_push_back(g_next, g_prev, meta, child)
                 fresh = True
@@ -179,7 +209,9 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, p
         elif mode == LRU_STAMPS:
             for k in range(length - 1, -1, -1):
                 clock += 1
-                _stamp(g_next, g_prev, path[k], clock)
+                node = path[k]  # the touch stamp in its two int32 LRU links
+                g_next[node] = clock >> 31
+                g_prev[node] = clock & 0x7FFFFFFF
         if row >= 0:
             # Remember this suffix's nodes (the reads of old entries came first: oi >= i).
             for k in range(length):
@@ -190,28 +222,6 @@ def _insert(seq, start, skip, count_from, max_depth, capacity, mode, clock, t, p
         pc_start[row] = start
         pc_len[row] = w
     return clock
-
-
-@jit_inline
-def _child(c_head, c_next, tok, ht, par, node, token):
-    """``child_of``, looking first through the first few children of ``node``: most nodes have
-    one or two, whose slots lie near their parent's (created in the same walk), while the
-    child table's slots are scattered."""
-    ch = c_head[node]
-    for _ in range(_SCAN):
-        if ch == -1:
-            return -1
-        if tok[ch] == token:
-            return ch
-        ch = c_next[ch]
-    return child_of(ht, par, tok, node, token)
-
-
-@jit_inline
-def _stamp(g_next, g_prev, node, clock):
-    """The node's last touch, ``clock`` (< 2**62), in its two int32 LRU links."""
-    g_next[node] = clock >> 31
-    g_prev[node] = clock & 0x7FFFFFFF
 
 
 @jit
@@ -249,6 +259,24 @@ def _gather(p_flat, p_off, o_flat, o_off, r, lo, hi, dst):
             dst[i - lo] = p_flat[p_off[r] + i]
         else:
             dst[i - lo] = o_flat[o_off[r] + i - plen]
+
+
+@jit
+def _known_anchors(pc, row, total, top, mode, out):
+    """The own trie's node of each of the last ``top`` tokens' suffixes of a request of
+    ``total`` tokens, from its remembered counted insert (``pc``), into ``out[1:top + 1]``;
+    False when they are not all known.
+
+    That insert ended at the request's last token and walked (or created) the path of every
+    n-gram ending there, and nothing touched the own trie since; in mode LRU_LIST a node it
+    walked could have been evicted by a later suffix of the same insert: not used there."""
+    pc_node, _, pc_start, pc_len = pc
+    w = pc_len[row]
+    if mode == LRU_LIST or w < top or pc_start[row] + w != total:
+        return False
+    for d in range(1, top + 1):
+        out[d] = pc_node[row, w - d, d - 1]
+    return True
 
 
 @jit
@@ -485,10 +513,14 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
         cap = 0
         if auto:
             for b in range(nrun):
+                r = run_req[b]
                 ctx = win_flat[win_off[b]:win_off[b + 1]]
                 if local:
-                    used = draft_tree(ctx, a_params, Trie(*local_tries[run_row[b]]), t,
-                                      bucket_counts, asc, out_tokens, out_mask, out_prob, cal)
+                    row = run_row[b]
+                    known = _known_anchors(pcc, row, p_off[r + 1] - p_off[r] + out_len[r],
+                                           min(ctx.size, depth), l_mode[row], asc.l_nodes)
+                    used = draft_tree(ctx, a_params, Trie(*local_tries[row]), t, bucket_counts,
+                                      asc, out_tokens, out_mask, out_prob, cal, known)
                 else:
                     used = draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens,
                                       out_mask, out_prob, cal)
@@ -507,8 +539,10 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                                   prob_rows[b], asc, bucket_counts, out_tokens, out_mask,
                                   out_prob)
                 elif local:
+                    known = _known_anchors(pcc, row, p_off[r + 1] - p_off[r] + out_len[r],
+                                           min(ctx.size, depth), l_mode[row], asc.l_nodes)
                     used = draft_tree(ctx, a_params, Trie(*local_tries[row]), t, bucket_counts,
-                                      asc, out_tokens, out_mask, out_prob, cal)
+                                      asc, out_tokens, out_mask, out_prob, cal, known)
                 else:
                     used = draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens,
                                       out_mask, out_prob, cal)
