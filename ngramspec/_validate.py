@@ -19,7 +19,8 @@ from typing import Any, Hashable
 
 import numpy as np
 
-__all__ = ["INT32_MIN", "INT32_MAX", "as_sequence", "as_batch", "as_contexts", "as_serving_one",
+__all__ = ["INT32_MIN", "INT32_MAX", "as_sequence", "as_batch", "as_contexts", "serving_one",
+           "as_serving_one",
            "as_request_id", "as_request_ids", "as_total_lens", "as_lengths", "as_count_from",
            "check_config", "check_backend", "check_bool", "as_positive_int", "as_concurrency",
            "as_token_matrix", "as_logits", "as_threshold", "check_rng", "as_probs",
@@ -163,19 +164,29 @@ def as_contexts(contexts: Any, name: str = "contexts") -> list[np.ndarray]:
     return batch
 
 
-def as_serving_one(contexts: Any, request_ids: Any, total_lens: Any
-                   ) -> tuple[list[np.ndarray], list[Hashable], np.ndarray] | None:
+def serving_one(contexts: Any, request_ids: Any, total_lens: Any
+                ) -> tuple[np.ndarray, Hashable, int] | None:
     """The batch-1 serving call (``[int32 array]``, ``[str or int id]``, ``[int length]``)
-    checked in one pass: ``(contexts, request_ids, total_lens)`` as :func:`as_contexts`,
-    :func:`as_request_ids` and :func:`as_total_lens` return them, or None for any other form
-    (which those then check, with their messages)."""
+    checked in one pass: ``(context, request_id, total_len)``, the one request's items as
+    :func:`as_contexts`, :func:`as_request_ids` and :func:`as_total_lens` accept them, or None
+    for any other form (which those then check, with their messages)."""
     if type(contexts) is list and type(request_ids) is list and type(total_lens) is list and \
             len(contexts) == 1 == len(request_ids) == len(total_lens):
         a, rid, total = contexts[0], request_ids[0], total_lens[0]
         if type(a) is np.ndarray and a.dtype is _I32 and a.ndim == 1 and \
                 type(rid) in _ID_TYPES and type(total) is int and 0 < a.size <= total < _I64_END:
-            return [a], [rid], np.array(total_lens, dtype=np.int64)
+            return a, rid, total
     return None
+
+
+def as_serving_one(contexts: Any, request_ids: Any, total_lens: Any
+                   ) -> tuple[list[np.ndarray], list[Hashable], np.ndarray] | None:
+    """:func:`serving_one` as ``(contexts, request_ids, total_lens)`` in the forms
+    :func:`as_contexts`, :func:`as_request_ids` and :func:`as_total_lens` return."""
+    one = serving_one(contexts, request_ids, total_lens)
+    if one is None:
+        return None
+    return [one[0]], [one[1]], np.array([one[2]], dtype=np.int64)
 
 
 # Request ids and lengths -------------------------------------------------------------------

@@ -1,0 +1,70 @@
+"""Stateful matches write their drafts into rows of an output pool that the backend hands out
+once each: a returned ``DraftBatch`` is never changed by later calls (across pool renewals, trie
+growth and state growth), and pooled results equal those of the reference backend."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.testing import assert_array_equal
+
+import ngramspec as ns
+from ngramspec.engine.backend import POOL_ROWS
+
+CFG = dict(max_trie_depth=6, draft_token_num=6, capacity=5000)
+
+
+def _serve(backend, match_type, batches):
+    """Replay ``batches`` of (contexts, ids, lengths), inserting each; every DraftBatch kept."""
+    cache = ns.NgramCache(**CFG, match_type=match_type, backend=backend)
+    kept = []
+    for ctxs, ids, lens in batches:
+        d = cache.match(ctxs, request_ids=ids, total_lens=lens)
+        kept.append((d, d.tokens.copy(), d.mask.copy(), d.num_drafts.copy()))
+        cache.insert(ctxs)
+    return kept
+
+
+def _trace(seed, steps):
+    rng = np.random.default_rng(seed)
+    seqs = {}
+    out = []
+    for step in range(steps):
+        b = int(rng.choice([1, 1, 3, 7, 40]))
+        ids = [f"r{int(i)}" for i in rng.choice(60, size=b, replace=False)]
+        ctxs, lens = [], []
+        for rid in ids:
+            seqs.setdefault(rid, []).extend(rng.integers(0, 6, size=3).tolist())
+            s = seqs[rid]
+            ctxs.append(np.asarray(s[-6:], np.int32))
+            lens.append(len(s))
+        out.append((ctxs, ids, lens))
+    return out
+
+
+def test_results_survive_later_calls_and_equal_the_reference():
+    for match_type in ("BFS", "PROB"):
+        batches = _trace(3, 3 * POOL_ROWS // 8)
+        assert sum(len(b[0]) for b in batches) > 2 * POOL_ROWS  # several pools used
+        mine = _serve("numba", match_type, batches)
+        ref = _serve("reference", match_type, batches)
+        for (d, tok, mask, num), (_, r_tok, r_mask, r_num) in zip(mine, ref):
+            # What was returned then is what the batch holds now, after every later call.
+            assert_array_equal(d.tokens, tok)
+            assert_array_equal(d.mask, mask)
+            assert_array_equal(d.num_drafts, num)
+            assert_array_equal(tok, r_tok)
+            assert_array_equal(mask, r_mask)
+            assert_array_equal(num, r_num)
+
+
+def test_stateless_and_batch_one_share_the_pool():
+    cache = ns.NgramCache(**CFG)
+    cache.insert([[1, 2, 3, 4, 5, 1, 2, 3, 6]])
+    first = cache.match([np.array([1, 2], np.int32)], request_ids=["a"], total_lens=[2])
+    second = cache.match([[2, 3], [1, 2]])  # stateless, batch 2
+    third = cache.match([np.array([1, 2], np.int32)], request_ids=["a"], total_lens=[2])
+    assert_array_equal(first.tokens, third.tokens)
+    assert_array_equal(second.tokens[1], first.tokens[0])
+    assert not np.shares_memory(first.tokens, third.tokens)
+    assert first.tokens.shape == (1, 6) and second.mask.shape == (2, 6, 6)
+    assert not first.tokens.flags.writeable
