@@ -15,12 +15,13 @@ from __future__ import annotations
 import operator
 import warnings
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any, Hashable
 
 import numpy as np
 
 __all__ = ["INT32_MIN", "INT32_MAX", "as_sequence", "as_batch", "as_contexts", "serving_one",
-           "as_serving_one",
+           "serving_batch", "as_serving_one",
            "as_request_id", "as_request_ids", "as_total_lens", "as_lengths", "as_count_from",
            "check_config", "check_backend", "check_bool", "as_positive_int", "as_concurrency",
            "as_token_matrix", "as_logits", "as_threshold", "check_rng", "as_probs",
@@ -177,6 +178,38 @@ def serving_one(contexts: Any, request_ids: Any, total_lens: Any
                 type(rid) in _ID_TYPES and type(total) is int and 0 < a.size <= total < _I64_END:
             return a, rid, total
     return None
+
+
+def serving_batch(contexts: Any, request_ids: Any, total_lens: Any
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A serving call of several requests (a list of 1-D int32 arrays, a list of distinct
+    ``str``/``int`` ids, a list of ``int`` lengths, each at least its context's length) checked
+    and packed in one pass: ``(flat int32 tokens, int64 offsets, int64 total_lens)``, or None
+    for any other form (which :func:`as_contexts`, :func:`as_request_ids` and
+    :func:`as_total_lens` then check, with their messages).  The ids are ``request_ids``
+    itself."""
+    if type(contexts) is not list or type(request_ids) is not list or \
+            type(total_lens) is not list:
+        return None
+    n = len(contexts)
+    if not n or len(request_ids) != n or len(total_lens) != n or \
+            set(map(type, contexts)) != _NDARRAY or set(map(_DTYPE, contexts)) != _INT32_ONLY \
+            or set(map(_NDIM, contexts)) != _ONE:
+        return None
+    try:  # the arrays' bytes joined: a third of np.concatenate's time on 48 short arrays
+        flat = np.frombuffer(bytearray().join(contexts), np.int32)
+    except TypeError:  # an array that is not contiguous
+        return None
+    sizes = list(map(len, contexts))
+    if not min(sizes) or not set(map(type, request_ids)) <= _ID_TYPES or \
+            len(set(request_ids)) != n or not set(map(type, total_lens)) <= _PLAIN_INT or \
+            any(map(operator.lt, total_lens, sizes)):
+        return None
+    try:
+        lens = np.array(total_lens, dtype=np.int64)
+    except OverflowError:
+        return None
+    return flat, np.fromiter(accumulate(sizes, initial=0), np.int64, n + 1), lens
 
 
 def as_serving_one(contexts: Any, request_ids: Any, total_lens: Any

@@ -280,6 +280,16 @@ class NgramCache:
                         pool, at = self._backend.match_one(*one)
                         return DraftBatch._pooled(pool, at, at + 1)
             batch, keys, lens = [one[0]], [one[1]], np.array([one[2]], np.int64)
+        elif plain and type(self._backend) is self._pooled_cls and \
+                (packed := v.serving_batch(contexts, request_ids, total_lens)) is not None:
+            # several requests as a server sends them: checked and packed in one pass
+            if self._done != self._queued or self._errors:
+                self.synchronize()
+            with self._lock:
+                if not self._corpora.automata or not self._corpora.active:
+                    return DraftBatch._pooled(*self._backend.match_packed(
+                        packed[0], packed[1], request_ids, packed[2]))
+            batch, keys, lens = contexts, list(request_ids), packed[2]
         else:
             batch = v.as_contexts(contexts)
             keys = lens = None

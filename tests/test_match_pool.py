@@ -68,3 +68,35 @@ def test_stateless_and_batch_one_share_the_pool():
     assert not np.shares_memory(first.tokens, third.tokens)
     assert first.tokens.shape == (1, 6) and second.mask.shape == (2, 6, 6)
     assert not first.tokens.flags.writeable
+
+
+def test_batch_serving_form_equals_the_checked_forms():
+    from ngramspec import _validate as v
+
+    batches = _trace(5, 40)
+    fast = ns.NgramCache(**CFG)
+    slow = ns.NgramCache(**CFG)
+    for ctxs, ids, lens in batches:
+        if len(ctxs) > 1:
+            assert v.serving_batch(ctxs, ids, lens) is not None
+        a = fast.match(ctxs, request_ids=ids, total_lens=lens)
+        b = slow.match(tuple(c.tolist() for c in ctxs), request_ids=tuple(ids),
+                       total_lens=np.asarray(lens))
+        assert_array_equal(a.tokens, b.tokens)
+        assert_array_equal(a.mask, b.mask)
+        assert_array_equal(a.num_drafts, b.num_drafts)
+        fast.insert(ctxs)
+        slow.insert(ctxs)
+    a = np.array([1, 2], np.int32)
+    for near_miss in (([a, a], ["x", "x"], [2, 2]),                  # duplicate ids
+                      ([a, a[:0]], ["x", "y"], [2, 2]),              # an empty context
+                      ([a, a], ["x", "y"], [2, 1]),                  # shorter than its context
+                      ([a, a], ["x", True], [2, 2]),                 # a bool id
+                      ([a, a], ["x", "y"], [2, True]),               # a bool length
+                      ([a, a], ["x", "y"], [2, 2 ** 63]),            # beyond int64
+                      ([a, a.astype(np.int64)], ["x", "y"], [2, 2]),  # another dtype
+                      ([a, a.astype(bool)], ["x", "y"], [2, 2]),
+                      ([a, a[None]], ["x", "y"], [2, 2]),            # a 2-D array
+                      ([a, np.zeros((2, 1), np.int32)], ["x", "y"], [2, 2]),
+                      ([a, np.arange(6, dtype=np.int32)[::2]], ["x", "y"], [2, 3])):  # strided
+        assert v.serving_batch(*near_miss) is None

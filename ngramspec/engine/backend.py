@@ -442,6 +442,20 @@ class EngineBackend:
         kernel(ctx, row, total, False, eng, at)
         return self._pool, at
 
+    def match_packed(self, flat: np.ndarray, offsets: np.ndarray, keys: list,
+                     total_lens: np.ndarray) -> tuple[tuple, int, int]:
+        """:meth:`match_pooled` of a batch already packed (``flat`` int32 tokens, ``offsets``
+        int64) with request ids ``keys`` and int64 ``total_lens``."""
+        rows = self._rows_of(keys)
+        b = offsets.size - 1
+        eng, at = self._engine_for(b)
+        args = (flat, offsets, rows, total_lens, False, eng, at)
+        kernel = self._pooled_entry
+        if kernel is None:
+            kernel = self._pooled_entry = entry_point(match_pooled, *args)
+        kernel(*args)
+        return self._pool, at, at + b
+
     def match_pooled(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
                      total_lens: np.ndarray | None) -> tuple[tuple, int, int]:
         """Profile ``sglang-0.5.23``: :meth:`match` with the drafts in rows ``start .. stop``
