@@ -103,6 +103,14 @@ class DraftBatch:
     _mask = cached_property(lambda self: self._pool[1][self._start:self._stop])
     _num_drafts = cached_property(lambda self: self._pool[2][self._start:self._stop])
 
+    def __getstate__(self) -> dict:
+        # A pickle holds this batch's rows, not the whole pool they are views of.
+        state = dict(self.__dict__)
+        if "_pool" in state:
+            state.update(_tokens=self._tokens, _mask=self._mask, _num_drafts=self._num_drafts)
+            del state["_pool"], state["_start"], state["_stop"]
+        return state
+
     def _init(self, tokens, mask, num_drafts, probs) -> None:
         # The arrays are frozen when first read (see the properties): nothing is done for
         # exports a caller never asks for.

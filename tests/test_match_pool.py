@@ -100,3 +100,17 @@ def test_batch_serving_form_equals_the_checked_forms():
                       ([a, np.zeros((2, 1), np.int32)], ["x", "y"], [2, 2]),
                       ([a, np.arange(6, dtype=np.int32)[::2]], ["x", "y"], [2, 3])):  # strided
         assert v.serving_batch(*near_miss) is None
+
+
+def test_a_pickled_batch_holds_its_rows_only():
+    import pickle
+
+    cache = ns.NgramCache(**CFG)
+    cache.insert([[1, 2, 3, 4, 5, 1, 2, 3, 6]])
+    d = cache.match([np.array([1, 2], np.int32)], request_ids=["a"], total_lens=[2])
+    back = pickle.loads(pickle.dumps(d))
+    assert_array_equal(back.tokens, d.tokens)
+    assert_array_equal(back.mask, d.mask)
+    assert_array_equal(back.num_drafts, d.num_drafts)
+    assert "_pool" not in back.__dict__
+    assert len(pickle.dumps(d)) < 2000  # not the pool's rows of other calls
