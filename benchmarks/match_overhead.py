@@ -7,13 +7,14 @@ int32 arrays, then one ``insert`` of them).  Every step is timed as a whole (``c
 and each phase alone on the same inputs:
 
 - ``checks``: the contexts' checks and coercion (one int32 array per request); where the
-  cache checks the batch-1 serving call in one pass (``as_serving_one``), that pass, ids and
-  lengths included;
+  cache checks the serving call in one pass (``serving_one`` at batch 1, ``serving_batch``
+  with the packing of the batch), that pass, ids and lengths included;
 - ``ids``: request ids and ``total_lens`` checked and coerced (0 after that one pass);
 - ``lock``: ``synchronize()`` and taking the lock;
 - ``backend``: the backend's ``match`` on a twin cache in the same state (the kernel call and
   its packing, the id-to-row mapping included);
-- ``DraftBatch``: building the returned object;
+- ``DraftBatch``: building the returned object (where drafts are written into an output pool,
+  its row views are made when first read, which this leaves out);
 - ``rest``: the whole call minus the phases (call overhead, glue);
 - ``SGLang``: SGLang 0.5.23's C++ core on the same trace (``compare_sglang.py``'s peer, inputs
   packed beforehand), timed the same way, and ``ratio`` = ``match`` / ``SGLang`` (``--no-sglang``
@@ -82,6 +83,16 @@ def _phase_functions():
     return checks, ids
 
 
+def _serving_checks(ctxs, rids, lens):
+    """The cache's one-pass checks of a serving call (contexts, ids and lengths; batches also
+    packed)."""
+    from ngramspec import _validate as v
+
+    if len(ctxs) == 1:
+        return v.serving_one(ctxs, rids, lens)
+    return v.serving_batch(ctxs, rids, lens)
+
+
 def _time(f, *args):
     t0 = time.perf_counter_ns()
     out = f(*args)
@@ -105,8 +116,24 @@ def replay(steps, cfg, batch):
     twin = ns.NgramCache(**cfg)
     checks, ids = _phase_functions()
     make_batch = getattr(DraftBatch, "_trusted", DraftBatch)  # what the cache calls
+    pooled = hasattr(twin._backend, "match_packed")  # drafts written into an output pool
     for ctxs, rids, lens in steps:
-        if len(ctxs) == batch:
+        if len(ctxs) == batch and pooled:
+            t_checks, got = _time(_serving_checks, ctxs, rids, lens)
+            t0 = time.perf_counter_ns()
+            twin.synchronize()
+            with twin._lock:
+                pass
+            t_lock = time.perf_counter_ns() - t0
+            be = twin._backend
+            if batch == 1:
+                t_backend, (pool, at) = _time(be.match_one, *got)
+            else:
+                t_backend, (pool, at, _) = _time(be.match_packed, got[0], got[1], rids, got[2])
+            t_batch, _ = _time(DraftBatch._pooled, pool, at, at + batch)
+            for k, t in zip(PHASES, (t_checks, 0, t_lock, t_backend, t_batch)):
+                times[k].append(t)
+        elif len(ctxs) == batch:
             t_checks, (packed, done) = _time(checks, ctxs, rids, lens)
             if done is None:
                 t_ids, (keys, total) = _time(ids, rids, lens, packed)

@@ -15,11 +15,13 @@ from __future__ import annotations
 import operator
 import warnings
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any, Hashable
 
 import numpy as np
 
-__all__ = ["INT32_MIN", "INT32_MAX", "as_sequence", "as_batch", "as_contexts", "as_serving_one",
+__all__ = ["INT32_MIN", "INT32_MAX", "as_sequence", "as_batch", "as_contexts", "serving_one",
+           "serving_batch", "as_serving_one",
            "as_request_id", "as_request_ids", "as_total_lens", "as_lengths", "as_count_from",
            "check_config", "check_backend", "check_bool", "as_positive_int", "as_concurrency",
            "as_token_matrix", "as_logits", "as_threshold", "check_rng", "as_probs",
@@ -163,19 +165,61 @@ def as_contexts(contexts: Any, name: str = "contexts") -> list[np.ndarray]:
     return batch
 
 
-def as_serving_one(contexts: Any, request_ids: Any, total_lens: Any
-                   ) -> tuple[list[np.ndarray], list[Hashable], np.ndarray] | None:
+def serving_one(contexts: Any, request_ids: Any, total_lens: Any
+                ) -> tuple[np.ndarray, Hashable, int] | None:
     """The batch-1 serving call (``[int32 array]``, ``[str or int id]``, ``[int length]``)
-    checked in one pass: ``(contexts, request_ids, total_lens)`` as :func:`as_contexts`,
-    :func:`as_request_ids` and :func:`as_total_lens` return them, or None for any other form
-    (which those then check, with their messages)."""
+    checked in one pass: ``(context, request_id, total_len)``, the one request's items as
+    :func:`as_contexts`, :func:`as_request_ids` and :func:`as_total_lens` accept them, or None
+    for any other form (which those then check, with their messages)."""
     if type(contexts) is list and type(request_ids) is list and type(total_lens) is list and \
             len(contexts) == 1 == len(request_ids) == len(total_lens):
         a, rid, total = contexts[0], request_ids[0], total_lens[0]
         if type(a) is np.ndarray and a.dtype is _I32 and a.ndim == 1 and \
                 type(rid) in _ID_TYPES and type(total) is int and 0 < a.size <= total < _I64_END:
-            return [a], [rid], np.array(total_lens, dtype=np.int64)
+            return a, rid, total
     return None
+
+
+def serving_batch(contexts: Any, request_ids: Any, total_lens: Any
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A serving call of several requests (a list of 1-D int32 arrays, a list of distinct
+    ``str``/``int`` ids, a list of ``int`` lengths, each at least its context's length) checked
+    and packed in one pass: ``(flat int32 tokens, int64 offsets, int64 total_lens)``, or None
+    for any other form (which :func:`as_contexts`, :func:`as_request_ids` and
+    :func:`as_total_lens` then check, with their messages).  The ids are ``request_ids``
+    itself."""
+    if type(contexts) is not list or type(request_ids) is not list or \
+            type(total_lens) is not list:
+        return None
+    n = len(contexts)
+    if not n or len(request_ids) != n or len(total_lens) != n or \
+            set(map(type, contexts)) != _NDARRAY or set(map(_DTYPE, contexts)) != _INT32_ONLY \
+            or set(map(_NDIM, contexts)) != _ONE:
+        return None
+    try:  # the arrays' bytes joined: a third of np.concatenate's time on 48 short arrays
+        flat = np.frombuffer(bytearray().join(contexts), np.int32)
+    except TypeError:  # an array that is not contiguous
+        return None
+    sizes = list(map(len, contexts))
+    if not min(sizes) or not set(map(type, request_ids)) <= _ID_TYPES or \
+            len(set(request_ids)) != n or not set(map(type, total_lens)) <= _PLAIN_INT or \
+            any(map(operator.lt, total_lens, sizes)):
+        return None
+    try:
+        lens = np.array(total_lens, dtype=np.int64)
+    except OverflowError:
+        return None
+    return flat, np.fromiter(accumulate(sizes, initial=0), np.int64, n + 1), lens
+
+
+def as_serving_one(contexts: Any, request_ids: Any, total_lens: Any
+                   ) -> tuple[list[np.ndarray], list[Hashable], np.ndarray] | None:
+    """:func:`serving_one` as ``(contexts, request_ids, total_lens)`` in the forms
+    :func:`as_contexts`, :func:`as_request_ids` and :func:`as_total_lens` return."""
+    one = serving_one(contexts, request_ids, total_lens)
+    if one is None:
+        return None
+    return [one[0]], [one[1]], np.array([one[2]], dtype=np.int64)
 
 
 # Request ids and lengths -------------------------------------------------------------------

@@ -126,6 +126,10 @@ class NgramCache:
         self._stateful = config.stateful
         self._adaptive = config.match_type == "ADAPTIVE"
         self._plain_match = self._stateful and not self._adaptive  # ids and lengths are used
+        # A backend of this class writes drafts into an output pool; checked per call (a
+        # cache's backend may be replaced, e.g. by one that wraps it).
+        cls = _backend_class(self._backend_name)
+        self._pooled_cls = cls if self._plain_match and hasattr(cls, "match_pooled") else None
         self._lock = threading.Lock()
         self._backend = self._make_backend()
         self._corpora = Corpora(config, backend)
@@ -266,9 +270,26 @@ class NgramCache:
         """
         plain = (self._plain_match and local is None and costs is None and batch_size is None
                  and corpora is None)
-        one = v.as_serving_one(contexts, request_ids, total_lens) if plain else None
+        one = v.serving_one(contexts, request_ids, total_lens) if plain else None
         if one is not None:  # batch 1 as a server sends it: checked in one pass
-            batch, keys, lens = one
+            if type(self._backend) is self._pooled_cls:
+                if self._done != self._queued or self._errors:
+                    self.synchronize()
+                with self._lock:
+                    if not self._corpora.automata or not self._corpora.active:
+                        pool, at = self._backend.match_one(*one)
+                        return DraftBatch._pooled(pool, at, at + 1)
+            batch, keys, lens = [one[0]], [one[1]], np.array([one[2]], np.int64)
+        elif plain and type(self._backend) is self._pooled_cls and \
+                (packed := v.serving_batch(contexts, request_ids, total_lens)) is not None:
+            # several requests as a server sends them: checked and packed in one pass
+            if self._done != self._queued or self._errors:
+                self.synchronize()
+            with self._lock:
+                if not self._corpora.automata or not self._corpora.active:
+                    return DraftBatch._pooled(*self._backend.match_packed(
+                        packed[0], packed[1], request_ids, packed[2]))
+            batch, keys, lens = contexts, list(request_ids), packed[2]
         else:
             batch = v.as_contexts(contexts)
             keys = lens = None
@@ -303,6 +324,8 @@ class NgramCache:
                                                                chosen)
             elif self._corpora.active:
                 tokens, mask, num_drafts = self._corpora.match(self._backend, batch, keys, lens)
+            elif type(self._backend) is self._pooled_cls:
+                return DraftBatch._pooled(*self._backend.match_pooled(batch, keys, lens))
             else:
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch._trusted(tokens, mask, num_drafts)
