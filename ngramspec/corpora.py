@@ -610,20 +610,24 @@ class Corpora:
         self._walks = [corpus_walks(1, cfg.trie_depth, len(automata))]
 
 
-def automaton_bytes(states: int, transitions: int, *, prob: bool = False) -> int:
+def automaton_bytes(states: int, transitions: int, *, prob: bool = False, root: int = 1) -> int:
     """Bytes of an automaton with these counts in the engine's records (see
     :meth:`ngramspec.reference.sam.SuffixAutomaton.nbytes`): per state four int32, per
     transition (separator included) a token and a target sorted by token, and as a child a
-    token and a target (PROB: and its count).
+    token and a target (PROB: and its count); the ``root`` transitions again in a hash table
+    of two int32 per slot, a power of two >= twice their number.
 
     Examples
     --------
     >>> automaton_bytes(1 + 1, 1)  # a one-token corpus: the root and one state, one edge
-    48
+    64
     >>> automaton_bytes(1 + 1, 1, prob=True)
-    52
+    68
     """
-    return 16 * states + (20 if prob else 16) * transitions
+    slots = 2
+    while slots < 2 * root:
+        slots *= 2
+    return 16 * states + (20 if prob else 16) * transitions + 8 * slots
 
 
 def _over_bytes(corpus_id: str, size: str, max_bytes: int) -> str:

@@ -2,7 +2,7 @@
 
 The Numba twin of :mod:`ngramspec.reference.sam` (spec §3.6), tested equal to it.
 
-An automaton (:class:`FlatAutomaton`) is three int32 record arrays, built once per corpus, so
+An automaton (:class:`FlatAutomaton`) is four int32 record arrays, built once per corpus, so
 that a walk step, an anchor or a tree node reads a state in one place:
 
 - ``states`` ``(S, 4)``, per state ``s``: the start of its range in the edge arrays, twice its
@@ -12,7 +12,10 @@ that a walk step, an anchor or a tree node reads a state in one place:
   binary search; the separator ``INT32_MIN``, the smallest token, comes first);
 - ``kids`` ``(E, 2)`` (PROB ``(E, 3)``): the children that drafts use, separator left out, in
   the order of the cache's match type (BFS: last occurrence descending; PROB: occurrences
-  descending, then token), from the start of the range: (token, target[, occurrences]).
+  descending, then token), from the start of the range: (token, target[, occurrences]);
+- ``root`` ``(H, 2)``: the root's transitions again, (token, target) in an open-addressing
+  hash table at most half full (target -1: empty), since a walk falls back to the root often
+  and the root has a transition per distinct token.
 
 While building, transitions live in edge lists plus an open-addressing hash table keyed by
 ``(state, token)``, both dropped once the records are made.  The match kernels take every
@@ -97,6 +100,12 @@ def _ht_grow(ht_key, ht_val):
 @jit
 def _key(state, token):
     return np.int64(state) * 4294967296 + (np.int64(token) & 0xFFFFFFFF)
+
+
+@jit_inline
+def _root_slot(t, mask):
+    x = (np.int64(t) & 0xFFFFFFFF) * 0x5BD1E995  # below 2**63
+    return (x ^ (x >> 29)) & mask
 
 
 @jit
@@ -281,7 +290,22 @@ def _build_kernel(stream, prob):
             kids[j, 1] = c_dst[j]
             if prob:
                 kids[j, 2] = occ[c_dst[j]]
-    return states, edges, kids, max_kids
+    # The root's transitions again in a hash table (half full at most): a walk falls back to
+    # the root for most tokens it cannot extend, and the root has a transition per distinct
+    # token of the corpus, too many for a quick binary search.
+    r = off[1] - off[0]
+    size = 2
+    while size < 2 * r:
+        size *= 2
+    root = np.zeros((size, 2), np.int32)
+    root[:, 1] = -1
+    for j in range(off[0], off[1]):
+        i = _root_slot(l_tok[j], size - 1)
+        while root[i, 1] != -1:
+            i = (i + 1) & (size - 1)
+        root[i, 0] = l_tok[j]
+        root[i, 1] = l_dst[j]
+    return states, edges, kids, root, max_kids
 
 
 # Matching and drafting ------------------------------------------------------------------------
@@ -290,7 +314,16 @@ def _build_kernel(stream, prob):
 # numbers in the records are the automaton's own.
 
 @jit_inline
-def _lookup(s, t, st, ed, sb, eb):
+def _lookup(s, t, st, ed, rt, sb, eb, rb, rmask):
+    if s == 0:  # the root's hash table
+        i = _root_slot(t, rmask)
+        while True:
+            d = rt[rb + i, 1]
+            if d == -1:
+                return -1
+            if rt[rb + i, 0] == t:
+                return d
+            i = (i + 1) & rmask
     r = sb + s
     lo = eb + st[r, 0]
     end = lo + (st[r, 1] >> 1)
@@ -313,17 +346,17 @@ def _n_kids(f):
 
 
 @jit_inline
-def _extend(ctx, start, s, m, st, ed, sb, eb):
+def _extend(ctx, start, s, m, st, ed, rt, sb, eb, rb, rmask):
     """The matching walk of §3.6.4 from ``(s, m)`` over ``ctx[start:]``: afterwards the
     longest suffix found in the corpus has length ``m`` and lies in state ``s``
     (``length[link[s]] < m <= length[s]``, or ``s = m = 0``)."""
     for i in range(start, ctx.size):
         t = ctx[i]
-        nxt = _lookup(s, t, st, ed, sb, eb)
+        nxt = _lookup(s, t, st, ed, rt, sb, eb, rb, rmask)
         while s != 0 and nxt == -1:
             s = st[sb + s, 3]
             m = min(m, st[sb + s, 2])
-            nxt = _lookup(s, t, st, ed, sb, eb)
+            nxt = _lookup(s, t, st, ed, rt, sb, eb, rb, rmask)
         if nxt != -1:
             s = nxt
             m += 1
@@ -352,10 +385,11 @@ def _chain(s, m, st, sb, a_state, a_len):
 
 
 @jit
-def _anchors(ctx, max_depth, st, ed, a_state, a_len):
+def _anchors(ctx, max_depth, st, ed, rt, a_state, a_len):
     """§3.6.4: the longest suffix of the last ``max_depth`` tokens found in the corpus, then
     its suffix links; states with children only.  Returns the anchor count."""
-    s, m = _extend(ctx, max(0, ctx.size - max_depth), 0, 0, st, ed, 0, 0)
+    s, m = _extend(ctx, max(0, ctx.size - max_depth), 0, 0, st, ed, rt, 0, 0, 0,
+                   rt.shape[0] - 1)
     return _chain(s, m, st, 0, a_state, a_len)
 
 
@@ -566,8 +600,8 @@ def _prob(a_state, count, budget, top_k, st, kd, sb, eb, tree, order, h_p, h_par
 
 
 @jit
-def _draft_kernel(flat, offsets, budget, max_depth, min_b, max_b, prob, st, ed, kd, max_kids,
-                  out_tokens, out_mask):
+def _draft_kernel(flat, offsets, budget, max_depth, min_b, max_b, prob, st, ed, kd, rt,
+                  max_kids, out_tokens, out_mask):
     """Each context's corpus tree of ``budget`` nodes, laid out into ``budget + 1`` slots."""
     n = budget + 1
     tree = _new_tree(n)
@@ -586,7 +620,7 @@ def _draft_kernel(flat, offsets, budget, max_depth, min_b, max_b, prob, st, ed, 
     h_state = np.empty(h_p.size, np.int32)
     for b in range(offsets.size - 1):
         ctx = flat[offsets[b]:offsets[b + 1]]
-        count = _anchors(ctx, max_depth, st, ed, a_state, a_len)
+        count = _anchors(ctx, max_depth, st, ed, rt, a_state, a_len)
         if prob:
             _prob(a_state, count, budget, max_b, st, kd, 0, 0, tree, order, h_p, h_par, h_tok,
                   h_state)
@@ -854,7 +888,7 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
     _, n, max_depth, min_b, max_b, prob = cp
     (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
      a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
-    st, ed, kd, bases = pool
+    st, ed, kd, rt, bases = pool
     last = ctx[ctx.size - 1]
     m = per + 1
     rm = p_tokens.size
@@ -880,13 +914,12 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
             if row >= 0:
                 walks[row, w_m + k] = -1
             continue
-        sb = bases[k, 0]
-        eb = bases[k, 1]
+        sb, eb, rb, rmask = bases[k, 0], bases[k, 1], bases[k, 2], bases[k, 3]
         if keep < 0 or walks[row, w_m + k] < 0:
-            s, sm = _extend(ctx, ctx.size - size, 0, 0, st, ed, sb, eb)
+            s, sm = _extend(ctx, ctx.size - size, 0, 0, st, ed, rt, sb, eb, rb, rmask)
         else:
             s, sm = _extend(ctx, ctx.size - size + keep, walks[row, w_s + k],
-                            walks[row, w_m + k], st, ed, sb, eb)
+                            walks[row, w_m + k], st, ed, rt, sb, eb, rb, rmask)
             if sm > size:  # cut to the window: the state of its suffix of that length
                 sm = size
                 while s > 0 and st[sb + st[sb + s, 3], 2] >= sm:
@@ -957,33 +990,33 @@ def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: i
 
 def automata_pool(automata: Sequence["FlatAutomaton"], *, adopt: bool = False) -> tuple:
     """The automata's records in one set of arrays, as the match kernels take them (the same
-    types whatever the number of corpora): ``(states, edges, kids, bases)``, where row ``k``
-    of ``bases`` holds where automaton ``k`` (merge order) starts in ``states`` and in
-    ``edges``/``kids``.  ``adopt``: the automata then keep views into the pool instead of
-    their own arrays (memory held once).  All built for the same match type."""
+    types whatever the number of corpora): ``(states, edges, kids, root, bases)``, where row
+    ``k`` of ``bases`` holds where automaton ``k`` (merge order) starts in ``states``, in
+    ``edges``/``kids`` and in ``root``, and its root table's size - 1.  ``adopt``: the
+    automata then keep views into the pool instead of their own arrays (memory held once).
+    All built for the same match type."""
     if not automata:
         raise ValueError("automata_pool needs at least one automaton")
     widths = {a.kids.shape[1] for a in automata}
     if len(widths) != 1:
         raise ValueError("the automata are built for different match types (BFS and PROB)")
-    bases = np.zeros((len(automata), 2), np.int64)
-    s_at = e_at = 0
+    bases = np.zeros((len(automata), 4), np.int64)
+    at = np.zeros(3, np.int64)
     for k, a in enumerate(automata):
-        bases[k] = s_at, e_at
-        s_at += a.states.shape[0]
-        e_at += a.edges.shape[0]
+        bases[k, :3] = at
+        bases[k, 3] = a.root.shape[0] - 1
+        at += (a.states.shape[0], a.edges.shape[0], a.root.shape[0])
     if len(automata) == 1:
         a = automata[0]
-        return a.states, a.edges, a.kids, bases
-    states = np.concatenate([a.states for a in automata])
-    edges = np.concatenate([a.edges for a in automata])
-    kids = np.concatenate([a.kids for a in automata])
+        return a.states, a.edges, a.kids, a.root, bases
+    pool = tuple(np.concatenate([getattr(a, f) for a in automata])
+                 for f in ("states", "edges", "kids", "root"))
     if adopt:
-        for (sb, eb), a in zip(bases.tolist(), automata):
-            s_n, e_n = a.states.shape[0], a.edges.shape[0]
-            a.states, a.edges, a.kids = (states[sb:sb + s_n], edges[eb:eb + e_n],
-                                         kids[eb:eb + e_n])
-    return states, edges, kids, bases
+        for (sb, eb, rb, _), a in zip(bases.tolist(), automata):
+            a.states, a.edges, a.kids, a.root = (
+                pool[0][sb:sb + a.states.shape[0]], pool[1][eb:eb + a.edges.shape[0]],
+                pool[2][eb:eb + a.edges.shape[0]], pool[3][rb:rb + a.root.shape[0]])
+    return pool + (bases,)
 
 
 def merge_batch(last_tokens: np.ndarray, n: int, primary: tuple[np.ndarray, np.ndarray],
@@ -1017,10 +1050,10 @@ class FlatAutomaton:
     [[5, 6, 5, 7, 6]]
     """
 
-    __slots__ = ("states", "edges", "kids", "max_kids", "prob")
+    __slots__ = ("states", "edges", "kids", "root", "max_kids", "prob")
 
     def __init__(self, arrays: tuple, prob: bool) -> None:
-        self.states, self.edges, self.kids, max_kids = arrays
+        self.states, self.edges, self.kids, self.root, max_kids = arrays
         self.max_kids = int(max_kids)
         self.prob = bool(prob)
 
@@ -1035,8 +1068,8 @@ class FlatAutomaton:
         return cls(_build_kernel(stream, bool(prob)), prob)
 
     def arrays(self) -> tuple:
-        """The records: ``(states, edges, kids)``."""
-        return self.states, self.edges, self.kids
+        """The records: ``(states, edges, kids, root)``."""
+        return self.states, self.edges, self.kids, self.root
 
     @property
     def n_states(self) -> int:
@@ -1044,7 +1077,8 @@ class FlatAutomaton:
 
     def nbytes(self) -> int:
         """Bytes held by the records."""
-        return int(self.states.nbytes + self.edges.nbytes + self.kids.nbytes)
+        return int(self.states.nbytes + self.edges.nbytes + self.kids.nbytes
+                   + self.root.nbytes)
 
     def draft_batch(self, contexts: Sequence[np.ndarray], budget: int, *, max_depth: int,
                     min_breadth: int, max_breadth: int,
@@ -1062,5 +1096,6 @@ class FlatAutomaton:
         tokens = np.empty((count, n), np.int32)
         mask = np.empty((count, n, n), np.bool_)
         _draft_kernel(flat, offsets, budget, max_depth, min_breadth, max_breadth, bool(prob),
-                      self.states, self.edges, self.kids, self.max_kids, tokens, mask)
+                      self.states, self.edges, self.kids, self.root, self.max_kids, tokens,
+                      mask)
         return tokens, mask
