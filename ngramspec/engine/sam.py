@@ -197,49 +197,57 @@ def _build_kernel(stream, prob):
         occ[up] += occ[s]
         if last_end[s] > last_end[up]:
             last_end[up] = last_end[s]
-    # Edge arrays: each state's range sorted by token, then the children in draft order.
-    off = np.zeros(n_states + 1, np.int64)
+    # The records (module docstring), written in place: no array of the automaton's size is
+    # allocated after them but small sort buffers, so that the building arrays, freed below
+    # them, go back to the system.  Each state's range sorted by token, then the children in
+    # draft order.
+    states = np.empty((n_states, 4), np.int32)
+    at = 0
     for s in range(n_states):
         k = 0
         e = e_head[s]
         while e != -1:
             k += 1
             e = e_next[e]
-        off[s + 1] = off[s] + k
-    l_tok = np.empty(n_edges, np.int32)
-    l_dst = np.empty(n_edges, np.int32)
-    c_tok = np.empty(n_edges, np.int32)
-    c_dst = np.empty(n_edges, np.int32)
+        states[s, 0] = at
+        states[s, 1] = 2 * k
+        states[s, 2] = length[s]
+        states[s, 3] = link[s]
+        at += k
+    edges = np.empty((n_edges, 2), np.int32)
+    kids = np.zeros((n_edges, 3 if prob else 2), np.int32)
     max_kids = 0
     for s in range(n_states):
-        lo = off[s]
-        hi = off[s + 1]
+        lo = states[s, 0]
+        hi = lo + (states[s, 1] >> 1)
         j = lo
         e = e_head[s]
         while e != -1:
-            l_tok[j] = e_tok[e]
-            l_dst[j] = e_dst[e]
+            edges[j, 0] = e_tok[e]
+            edges[j, 1] = e_dst[e]
             j += 1
             e = e_next[e]
         if hi - lo > _SMALL:
-            idx = np.argsort(l_tok[lo:hi], kind="mergesort")
-            st = l_tok[lo:hi][idx]
-            sd = l_dst[lo:hi][idx]
-            l_tok[lo:hi] = st
-            l_dst[lo:hi] = sd
+            idx = np.argsort(edges[lo:hi, 0], kind="mergesort")
+            st = np.empty((hi - lo, 2), np.int32)
+            for m in range(hi - lo):
+                st[m, 0] = edges[lo + idx[m], 0]
+                st[m, 1] = edges[lo + idx[m], 1]
+            edges[lo:hi] = st
         else:  # most states have a few children: insertion sort, no allocation
             for a in range(lo + 1, hi):
-                t, d = l_tok[a], l_dst[a]
+                t, d = edges[a, 0], edges[a, 1]
                 j = a - 1
-                while j >= lo and l_tok[j] > t:
-                    l_tok[j + 1] = l_tok[j]
-                    l_dst[j + 1] = l_dst[j]
+                while j >= lo and edges[j, 0] > t:
+                    edges[j + 1, 0] = edges[j, 0]
+                    edges[j + 1, 1] = edges[j, 1]
                     j -= 1
-                l_tok[j + 1] = t
-                l_dst[j + 1] = d
+                edges[j + 1, 0] = t
+                edges[j + 1, 1] = d
         first = lo
-        if hi > lo and l_tok[lo] == SEPARATOR:
+        if hi > lo and edges[lo, 0] == SEPARATOR:
             first = lo + 1
+            states[s, 1] += 1
         nk = hi - first
         if nk > max_kids:
             max_kids = nk
@@ -248,63 +256,42 @@ def _build_kernel(stream, prob):
         if nk > _SMALL:
             keys = np.empty(nk, np.int64)
             for m in range(nk):
-                d = l_dst[first + m]
+                d = edges[first + m, 1]
                 keys[m] = -occ[d] if prob else -last_end[d]
             # Stable: equal counts keep the ascending token order of the range.
             idx = np.argsort(keys, kind="mergesort")
             for m in range(nk):
-                c_tok[lo + m] = l_tok[first + idx[m]]
-                c_dst[lo + m] = l_dst[first + idx[m]]
+                kids[lo + m, 0] = edges[first + idx[m], 0]
+                kids[lo + m, 1] = edges[first + idx[m], 1]
         else:  # stable insertion sort by the key, from the token order
             for m in range(nk):
-                t, d = l_tok[first + m], l_dst[first + m]
+                t, d = edges[first + m, 0], edges[first + m, 1]
                 key = occ[d] if prob else last_end[d]
                 j = lo + m - 1
-                while j >= lo and (occ[c_dst[j]] if prob else last_end[c_dst[j]]) < key:
-                    c_tok[j + 1] = c_tok[j]
-                    c_dst[j + 1] = c_dst[j]
+                while j >= lo and (occ[kids[j, 1]] if prob else last_end[kids[j, 1]]) < key:
+                    kids[j + 1, 0] = kids[j, 0]
+                    kids[j + 1, 1] = kids[j, 1]
                     j -= 1
-                c_tok[j + 1] = t
-                c_dst[j + 1] = d
-    # The records (module docstring): a state's fields in one row, so that a walk step or an
-    # anchor reads one cache line of the state and one of its edges.
-    states = np.empty((n_states, 4), np.int32)
-    for s in range(n_states):
-        lo = off[s]
-        cnt = off[s + 1] - lo
-        states[s, 0] = lo
-        states[s, 1] = 2 * cnt + (1 if cnt > 0 and l_tok[lo] == SEPARATOR else 0)
-        states[s, 2] = length[s]
-        states[s, 3] = link[s]
-    edges = np.empty((n_edges, 2), np.int32)
-    kids = np.zeros((n_edges, 3 if prob else 2), np.int32)
-    for s in range(n_states):
-        lo = off[s]
-        hi = off[s + 1]
-        nk = hi - lo - (states[s, 1] & 1)
-        for j in range(lo, hi):
-            edges[j, 0] = l_tok[j]
-            edges[j, 1] = l_dst[j]
-        for j in range(lo, lo + nk):
-            kids[j, 0] = c_tok[j]
-            kids[j, 1] = c_dst[j]
-            if prob:
-                kids[j, 2] = occ[c_dst[j]]
+                kids[j + 1, 0] = t
+                kids[j + 1, 1] = d
+        if prob:
+            for m in range(lo, lo + nk):
+                kids[m, 2] = occ[kids[m, 1]]
     # The root's transitions again in a hash table (half full at most): a walk falls back to
     # the root for most tokens it cannot extend, and the root has a transition per distinct
     # token of the corpus, too many for a quick binary search.
-    r = off[1] - off[0]
+    r = states[0, 1] >> 1
     size = 2
     while size < 2 * r:
         size *= 2
     root = np.zeros((size, 2), np.int32)
     root[:, 1] = -1
-    for j in range(off[0], off[1]):
-        i = _root_slot(l_tok[j], size - 1)
+    for j in range(r):
+        i = _root_slot(edges[j, 0], size - 1)
         while root[i, 1] != -1:
             i = (i + 1) & (size - 1)
-        root[i, 0] = l_tok[j]
-        root[i, 1] = l_dst[j]
+        root[i, 0] = edges[j, 0]
+        root[i, 1] = edges[j, 1]
     return states, edges, kids, root, max_kids
 
 
