@@ -418,6 +418,9 @@ class Corpora:
         del self.streams[corpus_id]
         self.order.erase(corpus_id)
         self._kernel_list = None
+        if self.backend == "numba":  # the pool held the removed records too: free them now
+            for automaton in self.automata.values():
+                automaton.own()
 
     def clear(self) -> None:
         self.automata.clear()

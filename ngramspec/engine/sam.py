@@ -1054,6 +1054,15 @@ class FlatAutomaton:
                              f"automaton takes ({_MAX_STREAM})")
         return cls(_build_kernel(stream, bool(prob)), prob)
 
+    def own(self) -> None:
+        """Hold copies of the records if they are views into a pool (:func:`automata_pool`
+        with ``adopt``), so that the pool can be freed."""
+        # A view into a pool has an array as its base (own records: none, or the kernel's
+        # memory owner).
+        if isinstance(self.states.base, np.ndarray):
+            self.states, self.edges, self.kids, self.root = (
+                self.states.copy(), self.edges.copy(), self.kids.copy(), self.root.copy())
+
     def arrays(self) -> tuple:
         """The records: ``(states, edges, kids, root)``."""
         return self.states, self.edges, self.kids, self.root
