@@ -460,7 +460,7 @@ class NgramCache:
         >>> cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
         10
         >>> cache.corpus_info()
-        {'docs': {'tokens': 10, 'bytes': 640}}
+        {'docs': {'tokens': 10, 'bytes': 664}}
         """
         with self._lock:
             return self._corpora.info()

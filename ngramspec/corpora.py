@@ -331,7 +331,7 @@ class Corpora:
         #: for all; the reference backend always keeps them; matches with ``corpora=`` chosen
         #: per request keep none).
         self.record_parts = False
-        self._kernel_list = None  # numba backend: the automata as the match kernel takes them
+        self._kernel_list = None  # numba backend: the automata's pool, as the kernel takes it
         self._split = (0, config.budget)  # split() of the automata in _kernel_list
         self._cp: tuple = ()  # the fused kernel's corpus parameters and scratch (numba)
         self._cs: tuple = ()
@@ -379,11 +379,11 @@ class Corpora:
                              f"corpora; remove one first")
         # The bound: refused before building when even the fewest states and transitions a
         # stream of this length makes would exceed it, else after building (nothing kept).
-        least = automaton_bytes(total + 1, total) + 4 * total
+        least = automaton_bytes(total + 1, total, prob=cfg.match_type == "PROB") + 4 * total
         if max_bytes is not None and least > max_bytes:
             raise ValueError(_over_bytes(corpus_id, f"at least {least}", max_bytes))
         automaton = self._build(stream)
-        size = automaton.nbytes() + 4 * total
+        size = self._bytes(automaton) + 4 * total
         if max_bytes is not None and size > max_bytes:
             raise ValueError(_over_bytes(corpus_id, str(size), max_bytes))
         self.streams[corpus_id] = np.ascontiguousarray(stream, dtype=np.int32)
@@ -400,6 +400,12 @@ class Corpora:
         from .reference.sam import SuffixAutomaton
         return SuffixAutomaton.build(stream.tolist())
 
+    def _bytes(self, automaton: Any) -> int:
+        """Bytes of an automaton in the engine's records, whichever backend holds it."""
+        if self.backend == "numba":
+            return int(automaton.nbytes())
+        return int(automaton.nbytes(prob=self.config.match_type == "PROB"))
+
     def remove(self, corpus_id: Any) -> None:
         if not isinstance(corpus_id, str):
             raise TypeError(f"corpus_id must be a str, got {type(corpus_id).__name__} "
@@ -412,6 +418,9 @@ class Corpora:
         del self.streams[corpus_id]
         self.order.erase(corpus_id)
         self._kernel_list = None
+        if self.backend == "numba":  # the pool held the removed records too: free them now
+            for automaton in self.automata.values():
+                automaton.own()
 
     def clear(self) -> None:
         self.automata.clear()
@@ -430,13 +439,13 @@ class Corpora:
 
     def nbytes(self) -> dict[str, int]:
         """Bytes of each corpus's automaton in the engine's layout (both backends)."""
-        return {cid: int(self.automata[cid].nbytes()) for cid in self.order}
+        return {cid: self._bytes(self.automata[cid]) for cid in self.order}
 
     def info(self) -> dict[str, dict[str, int]]:
         """Per corpus, in SGLang's order: ``tokens`` (separators included) and ``bytes`` (the
         automaton in the engine's layout and the token stream kept for saving)."""
         return {cid: {"tokens": self.tokens[cid],
-                      "bytes": int(self.automata[cid].nbytes()) + 4 * self.tokens[cid]}
+                      "bytes": self._bytes(self.automata[cid]) + 4 * self.tokens[cid]}
                 for cid in self.order}
 
     # Persistence -----------------------------------------------------------------------
@@ -585,7 +594,7 @@ class Corpora:
 
     def _prepare_kernel(self, per: int, trie_budget: int) -> None:
         """The fused kernel's inputs for the loaded corpora (rebuilt after every change)."""
-        from .engine.sam import automata_list, corpus_scratch, corpus_walks
+        from .engine.sam import automata_pool, corpus_scratch, corpus_walks
 
         cfg = self.config
         automata = [self.automata[c] for c in self.order]
@@ -598,21 +607,30 @@ class Corpora:
         self._cs = corpus_scratch(min(cfg.external_sam_budget, cfg.budget), cfg.draft_token_num,
                                   cfg.budget, cfg.trie_depth, cfg.max_bfs_breadth, prob,
                                   max((a.max_kids for a in automata), default=1))
-        self._kernel_list = automata_list(automata)
+        # One pool of records for all corpora; the automata keep views into it.
+        self._kernel_list = automata_pool(automata, adopt=True)
         # The walks of the last matches, per match-state row: valid for these automata only.
         self._walks = [corpus_walks(1, cfg.trie_depth, len(automata))]
 
 
-def automaton_bytes(states: int, transitions: int) -> int:
-    """Bytes of an automaton with these counts in the engine's flat layout (see
-    :meth:`ngramspec.reference.sam.SuffixAutomaton.nbytes`).
+def automaton_bytes(states: int, transitions: int, *, prob: bool = False, root: int = 1) -> int:
+    """Bytes of an automaton with these counts in the engine's records (see
+    :meth:`ngramspec.reference.sam.SuffixAutomaton.nbytes`): per state four int32, per
+    transition (separator included) a token and a target sorted by token, and as a child a
+    token and a target (PROB: and its count); the ``root`` transitions again in a hash table
+    of two int32 per slot, a power of two >= twice their number.
 
     Examples
     --------
     >>> automaton_bytes(1 + 1, 1)  # a one-token corpus: the root and one state, one edge
-    72
+    64
+    >>> automaton_bytes(1 + 1, 1, prob=True)
+    68
     """
-    return 8 * (states + 1) + 16 * states + 16 * transitions
+    slots = 2
+    while slots < 2 * root:
+        slots *= 2
+    return 16 * states + (20 if prob else 16) * transitions + 8 * slots
 
 
 def _over_bytes(corpus_id: str, size: str, max_bytes: int) -> str:

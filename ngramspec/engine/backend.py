@@ -18,7 +18,7 @@ from .tree import (BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, 
                    scratch_sizes)
 from .adaptive import (adaptive_scratch, choose_cap, draft_adaptive, draft_adaptive_saved,
                        layout_prefix)
-from .sam import corpus_row, corpus_scratch_in
+from .sam import corpus_row, corpus_scratch_in, grow_walks
 from .trie import M_EPOCH, M_SIZE, TrieArrays, insert_kernel, unpack
 
 __all__ = ["EngineBackend"]
@@ -151,12 +151,12 @@ def _match_rows(flat, offsets, state_rows, total_lens, stateless, params, trie, 
 
 @jit
 def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params, trie, states,
-                        bucket_counts, buf, automata, cp, cs, walks, sel, sam_budget,
+                        bucket_counts, buf, pool, cp, cs, walks, sel, sam_budget,
                         out_tokens, out_mask, out_num):
     """:func:`match_batch` with external corpora (spec §3.6.7), one call per batch: per
     request the trie's tree with the reduced budget ``params[3]``, drafted into ``cs``'s trie
     row, then every corpus's tree merged in
-    (:func:`~ngramspec.engine.sam.corpus_row`; ``automata``, ``cp``, ``cs``, ``walks`` as it
+    (:func:`~ngramspec.engine.sam.corpus_row`; ``pool``, ``cp``, ``cs``, ``walks`` as it
     takes them; stateless matching uses no walk row).
 
     ``sel`` (int32, requests x corpora; no columns: every request draws from every corpus):
@@ -203,7 +203,7 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
         p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
         _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, tb, prob_mode), t, sc,
                bucket_counts, p_tokens, p_mask)
-        out_num[b] = corpus_row(ctx, automata, cp, cs, per, row_sel, p_tokens, p_mask,
+        out_num[b] = corpus_row(ctx, pool, cp, cs, per, row_sel, p_tokens, p_mask,
                                 out_tokens[b], out_mask[b], walks, -1 if stateless else row,
                                 total)
 
@@ -483,12 +483,12 @@ class EngineBackend:
         return self._pool, at, at + b
 
     def match_corpora(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
-                      total_lens: np.ndarray | None, budget: int, automata, cp: tuple,
+                      total_lens: np.ndarray | None, budget: int, pool: tuple, cp: tuple,
                       cs: tuple, walks: list, sel: np.ndarray | None = None,
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`match` with external corpora in the same kernel call
         (:func:`match_batch_corpora`): the trie part with ``budget`` nodes, then the corpora
-        (``automata``, ``cp``, ``cs``: see :func:`~ngramspec.engine.sam.corpus_row`) merged
+        (``pool``, ``cp``, ``cs``: see :func:`~ngramspec.engine.sam.corpus_row`) merged
         in.  ``walks``: a one-item list holding the corpus walk rows
         (:func:`~ngramspec.engine.sam.corpus_walks`), grown here with the match states.
         ``sel``: per request, the corpora it draws from (see the kernel; None: all).
@@ -496,7 +496,9 @@ class EngineBackend:
         n = cp[1]
         b = len(contexts)
         if b == 1:  # serving's common case: the offsets array reused (read-only in the kernel)
-            flat = _plain(contexts[0]).astype(np.int32, copy=False)
+            flat = _plain(contexts[0])
+            if flat.dtype is not _I32:
+                flat = flat.astype(np.int32)
             offsets = self._one_offsets
             offsets[1] = flat.size
         else:
@@ -509,22 +511,18 @@ class EngineBackend:
             lens = rows
         else:
             rows = self._rows_of(keys)
-            lens = _plain(np.asarray(total_lens, np.int64))
+            lens = _plain(total_lens if type(total_lens) is np.ndarray
+                          and total_lens.dtype is _I64 else np.asarray(total_lens, np.int64))
         params = self._corpus_params
         if params[3] != budget:
             params = self._corpus_params = self._params[:3] + (int(budget),) + self._params[4:]
         w = walks[0]
-        if w[1].size < self.states[0].size:
-            from .sam import corpus_walks
-
-            grown = corpus_walks(self.states[0].size, w[0].shape[1], w[3].shape[1])
-            for new, old in zip(grown, w):
-                new[:old.shape[0]] = old
-            w = walks[0] = grown
+        if w.shape[0] < self.states[0].size:
+            w = walks[0] = grow_walks(w, self.states[0].size)
         if sel is None:
             sel = self._no_sel
         args = (flat, offsets, rows, lens, keys is None, params, self.trie.packed, self.states,
-                BUCKET_COUNTS, self._buf, automata, cp, cs, w, sel,
+                BUCKET_COUNTS, self._buf, pool, cp, cs, w, sel,
                 int(self.config.external_sam_budget), tokens, mask, num)
         kernel = self._corpus_entry
         if kernel is None:

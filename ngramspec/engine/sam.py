@@ -2,20 +2,28 @@
 
 The Numba twin of :mod:`ngramspec.reference.sam` (spec §3.6), tested equal to it.
 
-An automaton (:class:`FlatAutomaton`) is a handful of arrays, built once per corpus:
+An automaton (:class:`FlatAutomaton`) is four int32 record arrays, built once per corpus, so
+that a walk step, an anchor or a tree node reads a state in one place:
 
-- per state ``s``: ``length`` (longest string), ``link`` (suffix link, -1 at the root),
-  ``occ`` (occurrences) and ``off[s]:off[s + 1]``, its range in the edge arrays;
-- per edge, two orders of the same range: ``l_tok``/``l_dst`` sorted by token (lookup by binary
-  search; the separator ``INT32_MIN``, the smallest token, comes first), and
-  ``c_tok``/``c_dst``: the children that drafts use, separator left out, in the order of the
-  cache's match type (BFS: last occurrence descending; PROB: occurrences descending, then
-  token), from the start of the range.
+- ``states`` ``(S, 4)``, per state ``s``: the start of its range in the edge arrays, twice its
+  transition count plus 1 if one of them is the separator, ``length`` (longest string) and
+  ``link`` (suffix link, -1 at the root);
+- ``edges`` ``(E, 2)``: (token, target) sorted by token in each state's range (lookup by
+  binary search; the separator ``INT32_MIN``, the smallest token, comes first);
+- ``kids`` ``(E, 2)`` (PROB ``(E, 3)``): the children that drafts use, separator left out, in
+  the order of the cache's match type (BFS: last occurrence descending; PROB: occurrences
+  descending, then token), from the start of the range: (token, target[, occurrences]);
+- ``root`` ``(H, 2)``: the root's transitions again, (token, target) in an open-addressing
+  hash table at most half full (target -1: empty), since a walk falls back to the root often
+  and the root has a transition per distinct token.
 
 While building, transitions live in edge lists plus an open-addressing hash table keyed by
-``(state, token)``, both dropped once the arrays above are made.  The draft trees keep their
-children in libstdc++ ``unordered_map`` order (:mod:`ngramspec.engine.tree`'s model and layout),
-each tree one 2-D int32 array (rows: see ``_TREE_ROWS``).
+``(state, token)``, both dropped once the records are made.  The match kernels take every
+loaded corpus in one pool (:func:`automata_pool`: the records concatenated, and where each
+automaton starts), so that their argument types do not depend on the number of corpora.  The
+draft trees keep their children in libstdc++ ``unordered_map`` order
+(:mod:`ngramspec.engine.tree`'s model and layout), each tree one 2-D int32 array (rows: see
+``_TREE_ROWS``).
 
 Matching: :func:`corpus_row` is one request's corpus part (every corpus's tree merged in turn
 into the trie's), called per request by the backend's fused kernel
@@ -34,9 +42,9 @@ from .._jit import jit, jit_inline
 from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_layout, fill_result
 from .tree import _bucket as bucket
 
-__all__ = ["FlatAutomaton", "merge_batch", "automata_list", "corpus_row",
-           "corpus_scratch", "corpus_scratch_in", "corpus_walks", "draft_with_corpora",
-           "replay_corpora", "SEPARATOR"]
+__all__ = ["FlatAutomaton", "merge_batch", "automata_pool", "corpus_row",
+           "corpus_scratch", "corpus_scratch_in", "corpus_walks", "grow_walks",
+           "draft_with_corpora", "replay_corpora", "SEPARATOR"]
 
 SEPARATOR = -(2**31)
 _SMALL = 16  # child ranges up to this size are sorted in place
@@ -92,6 +100,12 @@ def _ht_grow(ht_key, ht_val):
 @jit
 def _key(state, token):
     return np.int64(state) * 4294967296 + (np.int64(token) & 0xFFFFFFFF)
+
+
+@jit_inline
+def _root_slot(t, mask):
+    x = (np.int64(t) & 0xFFFFFFFF) * 0x5BD1E995  # below 2**63
+    return (x ^ (x >> 29)) & mask
 
 
 @jit
@@ -183,49 +197,57 @@ def _build_kernel(stream, prob):
         occ[up] += occ[s]
         if last_end[s] > last_end[up]:
             last_end[up] = last_end[s]
-    # Edge arrays: each state's range sorted by token, then the children in draft order.
-    off = np.zeros(n_states + 1, np.int64)
+    # The records (module docstring), written in place: no array of the automaton's size is
+    # allocated after them but small sort buffers, so that the building arrays, freed below
+    # them, go back to the system.  Each state's range sorted by token, then the children in
+    # draft order.
+    states = np.empty((n_states, 4), np.int32)
+    at = 0
     for s in range(n_states):
         k = 0
         e = e_head[s]
         while e != -1:
             k += 1
             e = e_next[e]
-        off[s + 1] = off[s] + k
-    l_tok = np.empty(n_edges, np.int32)
-    l_dst = np.empty(n_edges, np.int32)
-    c_tok = np.empty(n_edges, np.int32)
-    c_dst = np.empty(n_edges, np.int32)
+        states[s, 0] = at
+        states[s, 1] = 2 * k
+        states[s, 2] = length[s]
+        states[s, 3] = link[s]
+        at += k
+    edges = np.empty((n_edges, 2), np.int32)
+    kids = np.zeros((n_edges, 3 if prob else 2), np.int32)
     max_kids = 0
     for s in range(n_states):
-        lo = off[s]
-        hi = off[s + 1]
+        lo = states[s, 0]
+        hi = lo + (states[s, 1] >> 1)
         j = lo
         e = e_head[s]
         while e != -1:
-            l_tok[j] = e_tok[e]
-            l_dst[j] = e_dst[e]
+            edges[j, 0] = e_tok[e]
+            edges[j, 1] = e_dst[e]
             j += 1
             e = e_next[e]
         if hi - lo > _SMALL:
-            idx = np.argsort(l_tok[lo:hi], kind="mergesort")
-            st = l_tok[lo:hi][idx]
-            sd = l_dst[lo:hi][idx]
-            l_tok[lo:hi] = st
-            l_dst[lo:hi] = sd
+            idx = np.argsort(edges[lo:hi, 0], kind="mergesort")
+            st = np.empty((hi - lo, 2), np.int32)
+            for m in range(hi - lo):
+                st[m, 0] = edges[lo + idx[m], 0]
+                st[m, 1] = edges[lo + idx[m], 1]
+            edges[lo:hi] = st
         else:  # most states have a few children: insertion sort, no allocation
             for a in range(lo + 1, hi):
-                t, d = l_tok[a], l_dst[a]
+                t, d = edges[a, 0], edges[a, 1]
                 j = a - 1
-                while j >= lo and l_tok[j] > t:
-                    l_tok[j + 1] = l_tok[j]
-                    l_dst[j + 1] = l_dst[j]
+                while j >= lo and edges[j, 0] > t:
+                    edges[j + 1, 0] = edges[j, 0]
+                    edges[j + 1, 1] = edges[j, 1]
                     j -= 1
-                l_tok[j + 1] = t
-                l_dst[j + 1] = d
+                edges[j + 1, 0] = t
+                edges[j + 1, 1] = d
         first = lo
-        if hi > lo and l_tok[lo] == SEPARATOR:
+        if hi > lo and edges[lo, 0] == SEPARATOR:
             first = lo + 1
+            states[s, 1] += 1
         nk = hi - first
         if nk > max_kids:
             max_kids = nk
@@ -234,66 +256,94 @@ def _build_kernel(stream, prob):
         if nk > _SMALL:
             keys = np.empty(nk, np.int64)
             for m in range(nk):
-                d = l_dst[first + m]
+                d = edges[first + m, 1]
                 keys[m] = -occ[d] if prob else -last_end[d]
             # Stable: equal counts keep the ascending token order of the range.
             idx = np.argsort(keys, kind="mergesort")
             for m in range(nk):
-                c_tok[lo + m] = l_tok[first + idx[m]]
-                c_dst[lo + m] = l_dst[first + idx[m]]
+                kids[lo + m, 0] = edges[first + idx[m], 0]
+                kids[lo + m, 1] = edges[first + idx[m], 1]
         else:  # stable insertion sort by the key, from the token order
             for m in range(nk):
-                t, d = l_tok[first + m], l_dst[first + m]
+                t, d = edges[first + m, 0], edges[first + m, 1]
                 key = occ[d] if prob else last_end[d]
                 j = lo + m - 1
-                while j >= lo and (occ[c_dst[j]] if prob else last_end[c_dst[j]]) < key:
-                    c_tok[j + 1] = c_tok[j]
-                    c_dst[j + 1] = c_dst[j]
+                while j >= lo and (occ[kids[j, 1]] if prob else last_end[kids[j, 1]]) < key:
+                    kids[j + 1, 0] = kids[j, 0]
+                    kids[j + 1, 1] = kids[j, 1]
                     j -= 1
-                c_tok[j + 1] = t
-                c_dst[j + 1] = d
-    return (off, l_tok, l_dst, c_tok, c_dst, length[:n_states].copy(),
-            link[:n_states].copy(), occ[:n_states].copy(), max_kids)
+                kids[j + 1, 0] = t
+                kids[j + 1, 1] = d
+        if prob:
+            for m in range(lo, lo + nk):
+                kids[m, 2] = occ[kids[m, 1]]
+    # The root's transitions again in a hash table (half full at most): a walk falls back to
+    # the root for most tokens it cannot extend, and the root has a transition per distinct
+    # token of the corpus, too many for a quick binary search.
+    r = states[0, 1] >> 1
+    size = 2
+    while size < 2 * r:
+        size *= 2
+    root = np.zeros((size, 2), np.int32)
+    root[:, 1] = -1
+    for j in range(r):
+        i = _root_slot(edges[j, 0], size - 1)
+        while root[i, 1] != -1:
+            i = (i + 1) & (size - 1)
+        root[i, 0] = edges[j, 0]
+        root[i, 1] = edges[j, 1]
+    return states, edges, kids, root, max_kids
 
 
 # Matching and drafting ------------------------------------------------------------------------
+# Helpers take the records of one automaton inside a pool (``st``, ``ed``, ``kd``) and its
+# bases there (``sb`` states, ``eb`` edges; 0 and 0 for an automaton alone): state and edge
+# numbers in the records are the automaton's own.
 
 @jit_inline
-def _lookup(s, t, off, l_tok, l_dst):
-    lo = off[s]
-    hi = off[s + 1]
+def _lookup(s, t, st, ed, rt, sb, eb, rb, rmask):
+    if s == 0:  # the root's hash table
+        i = _root_slot(t, rmask)
+        while True:
+            d = rt[rb + i, 1]
+            if d == -1:
+                return -1
+            if rt[rb + i, 0] == t:
+                return d
+            i = (i + 1) & rmask
+    r = sb + s
+    lo = eb + st[r, 0]
+    end = lo + (st[r, 1] >> 1)
+    hi = end
     while lo < hi:
-        mid = (lo + hi) // 2
-        if l_tok[mid] < t:
+        mid = (lo + hi) >> 1
+        if ed[mid, 0] < t:
             lo = mid + 1
         else:
             hi = mid
-    if lo < off[s + 1] and l_tok[lo] == t:
-        return l_dst[lo]
+    if lo < end and ed[lo, 0] == t:
+        return ed[lo, 1]
     return -1
 
 
 @jit_inline
-def _n_kids(s, off, l_tok):
-    lo = off[s]
-    hi = off[s + 1]
-    if hi > lo and l_tok[lo] == SEPARATOR:
-        return hi - lo - 1
-    return hi - lo
+def _n_kids(f):
+    """Children of a state (separator left out) from its record's field 1."""
+    return (f >> 1) - (f & 1)
 
 
 @jit_inline
-def _extend(ctx, start, s, m, off, l_tok, l_dst, length, link):
+def _extend(ctx, start, s, m, st, ed, rt, sb, eb, rb, rmask):
     """The matching walk of §3.6.4 from ``(s, m)`` over ``ctx[start:]``: afterwards the
     longest suffix found in the corpus has length ``m`` and lies in state ``s``
     (``length[link[s]] < m <= length[s]``, or ``s = m = 0``)."""
     for i in range(start, ctx.size):
         t = ctx[i]
-        nxt = _lookup(s, t, off, l_tok, l_dst)
+        nxt = _lookup(s, t, st, ed, rt, sb, eb, rb, rmask)
         while s != 0 and nxt == -1:
-            s = link[s]
-            m = min(m, length[s])
-            nxt = _lookup(s, t, off, l_tok, l_dst)
+            s = st[sb + s, 3]
+            m = min(m, st[sb + s, 2])
+            nxt = _lookup(s, t, st, ed, rt, sb, eb, rb, rmask)
         if nxt != -1:
             s = nxt
             m += 1
@@ -304,28 +354,30 @@ def _extend(ctx, start, s, m, off, l_tok, l_dst, length, link):
 
 
 @jit_inline
-def _chain(s, m, off, l_tok, length, link, a_state, a_len):
+def _chain(s, m, st, sb, a_state, a_len):
     """The anchors of a walk's end ``(s, m)``: that state, then its suffix links; states with
     children only.  Returns the anchor count."""
     count = 0
     while s > 0 and m > 0:
-        if _n_kids(s, off, l_tok) > 0:
+        r = sb + s
+        if _n_kids(st[r, 1]) > 0:
             a_state[count] = s
             a_len[count] = m
             count += 1
-        s = link[s]
+        s = st[r, 3]
         if s <= 0:
             break
-        m = min(m, length[s])
+        m = min(m, st[sb + s, 2])
     return count
 
 
 @jit
-def _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len):
+def _anchors(ctx, max_depth, st, ed, rt, a_state, a_len):
     """§3.6.4: the longest suffix of the last ``max_depth`` tokens found in the corpus, then
     its suffix links; states with children only.  Returns the anchor count."""
-    s, m = _extend(ctx, max(0, ctx.size - max_depth), 0, 0, off, l_tok, l_dst, length, link)
-    return _chain(s, m, off, l_tok, length, link, a_state, a_len)
+    s, m = _extend(ctx, max(0, ctx.size - max_depth), 0, 0, st, ed, rt, 0, 0, 0,
+                   rt.shape[0] - 1)
+    return _chain(s, m, st, 0, a_state, a_len)
 
 
 @jit_inline
@@ -413,8 +465,8 @@ def _fill(last_token, n, tree, q_idx, slot_parent, out_tokens, out_mask):
 
 
 @jit
-def _bfs(a_state, a_len, count, budget, max_depth, min_b, max_b, off, c_tok, c_dst, l_tok,
-         tree, order, q_par, q_breadth, q_state):
+def _bfs(a_state, a_len, count, budget, max_depth, min_b, max_b, st, kd, sb, eb, tree, order,
+         q_par, q_breadth, q_state):
     """§3.6.5: recency BFS below each anchor; the breadth starts from the matched length."""
     _tree_reset(tree)
     mmd = max(1, max_depth - 1)
@@ -433,12 +485,13 @@ def _bfs(a_state, a_len, count, budget, max_depth, min_b, max_b, off, c_tok, c_d
             s = q_state[head]
             head += 1
             breadth = max(1, int(cb))
-            lo = off[s]
-            nk = _n_kids(s, off, l_tok)
+            r = sb + s
+            lo = eb + st[r, 0]
+            nk = _n_kids(st[r, 1])
             for i in range(nk):
                 if i >= breadth or cursor > budget:
                     break
-                t = c_tok[lo + i]
+                t = kd[lo + i, 0]
                 pos = _map_get(par, t, tree)
                 if pos == -1:
                     pos = cursor
@@ -447,7 +500,7 @@ def _bfs(a_state, a_len, count, budget, max_depth, min_b, max_b, off, c_tok, c_d
                 if tail < qcap:
                     q_par[tail] = pos
                     q_breadth[tail] = cb - scale
-                    q_state[tail] = c_dst[lo + i]
+                    q_state[tail] = kd[lo + i, 1]
                     tail += 1
     return cursor - 1
 
@@ -491,35 +544,34 @@ def _pop(h_p, h_par, h_tok, h_state, size):
     _sift_up(h_p, h_par, h_tok, h_state, hole, vp, vpar, vtok, vst)
 
 
-@jit
-def _prob_add(par, s, prob, top_k, off, c_tok, c_dst, l_tok, occ, h_p, h_par, h_tok, h_state,
-              size):
-    lo = off[s]
-    take = min(top_k, _n_kids(s, off, l_tok))
+@jit_inline
+def _prob_add(par, s, prob, top_k, st, kd, sb, eb, h_p, h_par, h_tok, h_state, size):
+    r = sb + s
+    lo = eb + st[r, 0]
+    take = min(top_k, _n_kids(st[r, 1]))
     if take == 0:
         return size
     total = 0.0
     for j in range(take):
-        total += float(occ[c_dst[lo + j]])
+        total += float(kd[lo + j, 2])
     for j in range(take):
         if size < h_p.size:
-            c = c_dst[lo + j]
-            _sift_up(h_p, h_par, h_tok, h_state, size, float(occ[c]) / total * prob, par,
-                     c_tok[lo + j], c)
+            _sift_up(h_p, h_par, h_tok, h_state, size, float(kd[lo + j, 2]) / total * prob, par,
+                     kd[lo + j, 0], kd[lo + j, 1])
             size += 1
     return size
 
 
 @jit
-def _prob(a_state, count, budget, top_k, off, c_tok, c_dst, l_tok, occ, tree, order, h_p, h_par,
-          h_tok, h_state):
+def _prob(a_state, count, budget, top_k, st, kd, sb, eb, tree, order, h_p, h_par, h_tok,
+          h_state):
     """§3.6.6: best-first by path probability (exact continuation counts), libstdc++ ties."""
     _tree_reset(tree)
     size = 0
     cursor = 1
     for a in range(count):
-        size = _prob_add(0, a_state[a], 1.0, top_k, off, c_tok, c_dst, l_tok, occ, h_p, h_par,
-                         h_tok, h_state, size)
+        size = _prob_add(0, a_state[a], 1.0, top_k, st, kd, sb, eb, h_p, h_par, h_tok, h_state,
+                         size)
         while size > 0 and cursor <= budget:
             _pop(h_p, h_par, h_tok, h_state, size)
             size -= 1
@@ -529,14 +581,14 @@ def _prob(a_state, count, budget, top_k, off, c_tok, c_dst, l_tok, occ, tree, or
                 pos = cursor
                 cursor += 1
                 _map_insert(par, pos, t, tree, order)
-            size = _prob_add(pos, s, p, top_k, off, c_tok, c_dst, l_tok, occ, h_p, h_par,
-                             h_tok, h_state, size)
+            size = _prob_add(pos, s, p, top_k, st, kd, sb, eb, h_p, h_par, h_tok, h_state,
+                             size)
     return cursor - 1
 
 
 @jit
-def _draft_kernel(flat, offsets, budget, max_depth, min_b, max_b, prob, off, l_tok, l_dst,
-                  c_tok, c_dst, length, link, occ, max_kids, out_tokens, out_mask):
+def _draft_kernel(flat, offsets, budget, max_depth, min_b, max_b, prob, st, ed, kd, rt,
+                  max_kids, out_tokens, out_mask):
     """Each context's corpus tree of ``budget`` nodes, laid out into ``budget + 1`` slots."""
     n = budget + 1
     tree = _new_tree(n)
@@ -555,13 +607,13 @@ def _draft_kernel(flat, offsets, budget, max_depth, min_b, max_b, prob, off, l_t
     h_state = np.empty(h_p.size, np.int32)
     for b in range(offsets.size - 1):
         ctx = flat[offsets[b]:offsets[b + 1]]
-        count = _anchors(ctx, max_depth, off, l_tok, l_dst, length, link, a_state, a_len)
+        count = _anchors(ctx, max_depth, st, ed, rt, a_state, a_len)
         if prob:
-            _prob(a_state, count, budget, max_b, off, c_tok, c_dst, l_tok, occ, tree, order,
-                  h_p, h_par, h_tok, h_state)
+            _prob(a_state, count, budget, max_b, st, kd, 0, 0, tree, order, h_p, h_par, h_tok,
+                  h_state)
         else:
-            _bfs(a_state, a_len, count, budget, max_depth, min_b, max_b, off, c_tok, c_dst,
-                 l_tok, tree, order, q_par, q_breadth, q_state)
+            _bfs(a_state, a_len, count, budget, max_depth, min_b, max_b, st, kd, 0, 0, tree,
+                 order, q_par, q_breadth, q_state)
         _fill(ctx[ctx.size - 1], n, tree, order, slot_parent, out_tokens[b], out_mask[b])
 
 
@@ -710,8 +762,8 @@ def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_bread
                    prob: bool, max_kids: int) -> tuple:
     """Work arrays of :func:`corpus_row` (``per`` nodes per corpus tree at most, ``n`` merged
     slots, the trie's ``trie_budget + 1`` slots at most), allocated once per corpus set and
-    reused: four flat buffers and their sizes, which :func:`corpus_scratch_in` slices (a
-    kernel call then unboxes five arrays, not thirty)."""
+    reused: three flat buffers and their sizes, which :func:`corpus_scratch_in` slices (a
+    kernel call then unboxes four arrays, not thirty)."""
     m = per + 1
     big = max(n, trie_budget + 1)
     top_k = min(max_breadth, max(1, max_kids))
@@ -720,15 +772,15 @@ def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_bread
     dims = np.array([m, n, t1, big, max_depth + 1, heap], np.int64)
     n32 = t1 + _TREE_ROWS * m + (m + 1) + 2 * m + _TREE_ROWS * n + (n + 1) + 4 * big \
         + 2 * (max_depth + 1) + 2 * (m + 1) + 3 * heap
-    return (np.zeros(n32, np.int32), np.zeros(1, np.int64), np.zeros(m + 1 + heap),
-            np.zeros(t1 * t1 + big, np.bool_), dims)
+    return (np.zeros(n32, np.int32), np.zeros(m + 1 + heap), np.zeros(t1 * t1 + big, np.bool_),
+            dims)
 
 
 @jit
 def corpus_scratch_in(bufs):
     """The named work arrays of :func:`corpus_row`, slices of :func:`corpus_scratch`'s
     buffers (the trie row ``cs[0]``/``cs[1]`` first, the result's slot parents ``cs[9]``)."""
-    b32, _, bf, bb, dims = bufs
+    b32, bf, bb, dims = bufs
     m, n, t1, big, d1, heap = dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]
     at = 0
     p_tok = b32[at:at + t1]
@@ -760,13 +812,25 @@ def corpus_scratch_in(bufs):
             h_state)
 
 
-def corpus_walks(rows: int, max_depth: int, corpora: int) -> tuple:
-    """Per match-state row, the last corpus walk: its window (the context's last
-    ``max_depth`` tokens), the window's length, the total length it was sent with (-1: none),
-    and per corpus the walk's end ``(s, m)`` (:func:`corpus_row`)."""
-    return (np.zeros((rows, max_depth), np.int32), np.zeros(rows, np.int64),
-            np.full(rows, -1, np.int64), np.zeros((rows, corpora), np.int32),
-            np.zeros((rows, corpora), np.int32))
+def corpus_walks(rows: int, max_depth: int, corpora: int) -> np.ndarray:
+    """Per match-state row, the last corpus walk (:func:`corpus_row`), one int64 row each so
+    that a match reads one place: the window's length, the total length it was sent with (-1:
+    none), the window (the context's last ``max_depth`` tokens), then per corpus the walk's
+    end state and matched length (``-1``: unknown)."""
+    walks = np.zeros((rows, 2 + max_depth + 2 * corpora), np.int64)
+    walks[:, 1] = -1
+    return walks
+
+
+def grow_walks(walks: np.ndarray, rows: int) -> np.ndarray:
+    """``walks`` with at least ``rows`` rows (the old rows kept, the new ones without a
+    walk)."""
+    if walks.shape[0] >= rows:
+        return walks
+    grown = np.zeros((rows, walks.shape[1]), np.int64)
+    grown[:, 1] = -1
+    grown[:walks.shape[0]] = walks
+    return grown
 
 
 @jit_inline
@@ -775,29 +839,30 @@ def _walk_start(ctx, max_depth, walks, row, total):
     ``ctx[-max_depth:]`` is the last ``keep`` tokens of the row's last window followed by the
     ``total - last total`` tokens appended since, else -1.  The check is on content, so a
     stale or foreign row is only reused when its walk is the walk of these very tokens."""
-    w_tok, w_len, w_tot = walks[0], walks[1], walks[2]
-    if w_tot[row] < 0:
+    w_tot = walks[row, 1]
+    if w_tot < 0:
         return -1
+    w_len = walks[row, 0]
     size = min(ctx.size, max_depth)
-    keep = size - (total - w_tot[row])
-    if keep < 0 or keep > size or keep > w_len[row]:
+    keep = size - (total - w_tot)
+    if keep < 0 or keep > size or keep > w_len:
         return -1
     base = ctx.size - size
-    old = w_len[row] - keep
+    old = 2 + w_len - keep
     for i in range(keep):
-        if ctx[base + i] != w_tok[row, old + i]:
+        if ctx[base + i] != walks[row, old + i]:
             return -1
     return keep
 
 
 @jit
-def corpus_row(ctx, automata, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_mask, walks,
+def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_mask, walks,
                row, total):
     """One request's corpus part of SGLang's ``batchMatch`` (§3.6.7): each corpus of
-    ``automata`` (merge order) drafts ``per`` nodes, merged in turn into the trie's laid-out
-    tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result fills
-    ``out_tokens``/``out_mask`` (``n`` slots).  ``cp``: ``(per, n, max_depth, min_b, max_b,
-    prob)`` (this call's per-corpus budget is ``per``); ``cs``: :func:`corpus_scratch`;
+    ``pool`` (:func:`automata_pool`, merge order) drafts ``per`` nodes, merged in turn into
+    the trie's laid-out tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result
+    fills ``out_tokens``/``out_mask`` (``n`` slots).  ``cp``: ``(per, n, max_depth, min_b,
+    max_b, prob)`` (this call's per-corpus budget is ``per``); ``cs``: :func:`corpus_scratch`;
     ``sel``: the corpora this request draws from (``sel[k] != 0``; empty: all, and at least
     one is chosen).  Returns the drafted node count.  Between merges the trees stay as tokens
     and parent slots; only the last one writes a mask.
@@ -810,6 +875,7 @@ def corpus_row(ctx, automata, cp, cs, per, sel, p_tokens, p_mask, out_tokens, ou
     _, n, max_depth, min_b, max_b, prob = cp
     (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
      a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
+    st, ed, kd, rt, bases = pool
     last = ctx[ctx.size - 1]
     m = per + 1
     rm = p_tokens.size
@@ -823,35 +889,38 @@ def corpus_row(ctx, automata, cp, cs, per, sel, p_tokens, p_mask, out_tokens, ou
     size = min(ctx.size, max_depth)
     keep = -1 if row < 0 else _walk_start(ctx, max_depth, walks, row, total)
     cursor = 1
-    k_last = len(automata) - 1
+    n_corpora = bases.shape[0]
+    w_s = 2 + max_depth  # the walks' columns of the end states, then of the lengths
+    w_m = w_s + n_corpora
+    k_last = n_corpora - 1
     if sel.size:
         while sel[k_last] == 0:
             k_last -= 1
     for k in range(k_last + 1):
         if sel.size and sel[k] == 0:
             if row >= 0:
-                walks[4][row, k] = -1
+                walks[row, w_m + k] = -1
             continue
-        off, l_tok, l_dst, c_tok_a, c_dst, length, link, occ, _ = automata[k]
-        if keep < 0 or walks[4][row, k] < 0:
-            w_s, w_m = _extend(ctx, ctx.size - size, 0, 0, off, l_tok, l_dst, length, link)
+        sb, eb, rb, rmask = bases[k, 0], bases[k, 1], bases[k, 2], bases[k, 3]
+        if keep < 0 or walks[row, w_m + k] < 0:
+            s, sm = _extend(ctx, ctx.size - size, 0, 0, st, ed, rt, sb, eb, rb, rmask)
         else:
-            w_s, w_m = _extend(ctx, ctx.size - size + keep, walks[3][row, k], walks[4][row, k],
-                               off, l_tok, l_dst, length, link)
-            if w_m > size:  # cut to the window: the state of its suffix of that length
-                w_m = size
-                while w_s > 0 and length[link[w_s]] >= w_m:
-                    w_s = link[w_s]
+            s, sm = _extend(ctx, ctx.size - size + keep, walks[row, w_s + k],
+                            walks[row, w_m + k], st, ed, rt, sb, eb, rb, rmask)
+            if sm > size:  # cut to the window: the state of its suffix of that length
+                sm = size
+                while s > 0 and st[sb + st[sb + s, 3], 2] >= sm:
+                    s = st[sb + s, 3]
         if row >= 0:
-            walks[3][row, k] = w_s
-            walks[4][row, k] = w_m
-        count = _chain(w_s, w_m, off, l_tok, length, link, a_state, a_len)
+            walks[row, w_s + k] = s
+            walks[row, w_m + k] = sm
+        count = _chain(s, sm, st, sb, a_state, a_len)
         if prob:
-            _prob(a_state, count, per, max_b, off, c_tok_a, c_dst, l_tok, occ, c_tree, c_order,
-                  h_p, h_par, h_tok, h_state)
+            _prob(a_state, count, per, max_b, st, kd, sb, eb, c_tree, c_order, h_p, h_par,
+                  h_tok, h_state)
         else:
-            _bfs(a_state, a_len, count, per, max_depth, min_b, max_b, off, c_tok_a, c_dst,
-                 l_tok, c_tree, c_order, q_par, q_breadth, q_state)
+            _bfs(a_state, a_len, count, per, max_depth, min_b, max_b, st, kd, sb, eb, c_tree,
+                 c_order, q_par, q_breadth, q_state)
         _layout(m, c_tree, c_order, c_tok, c_par)
         _tree_reset(tree)
         cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, new_idx, chain, 1, n,
@@ -866,9 +935,9 @@ def corpus_row(ctx, automata, cp, cs, per, sel, p_tokens, p_mask, out_tokens, ou
     if row >= 0:
         base = ctx.size - size
         for i in range(size):
-            walks[0][row, i] = ctx[base + i]
-        walks[1][row] = size
-        walks[2][row] = total
+            walks[row, 2 + i] = ctx[base + i]
+        walks[row, 0] = size
+        walks[row, 1] = total
     return cursor - 1
 
 
@@ -877,10 +946,10 @@ def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t
                        bucket_counts, corpora, cs, out_tokens, out_mask):
     """One request's draft with corpora for the compiled replay, from the trie anchors
     already in ``sc`` (``count`` of them): the trie's tree with the reduced budget, then
-    :func:`corpus_row`.  ``corpora``: ``(automata, cp, scratch buffers, walks, trie_budget)``
+    :func:`corpus_row`.  ``corpora``: ``(pool, cp, scratch buffers, walks, trie_budget)``
     (:func:`replay_corpora`); ``cs``: :func:`corpus_scratch_in` of its buffers.  Returns the
     drafted node count; the slot parents of the result are then in ``cs[9]``."""
-    automata, cp, _, walks, trie_budget = corpora
+    pool, cp, _, walks, trie_budget = corpora
     if prob:
         build_prob(count, trie_budget, max_b, t, sc, bucket_counts)
     else:
@@ -888,7 +957,7 @@ def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t
     m = trie_budget + 1
     p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
     fill_result(ctx[ctx.size - 1], m, sc, p_tokens, p_mask)
-    return corpus_row(ctx, automata, cp, cs, cp[0], cs[0][:0], p_tokens, p_mask, out_tokens,
+    return corpus_row(ctx, pool, cp, cs, cp[0], cs[0][:0], p_tokens, p_mask, out_tokens,
                       out_mask, walks, row, total)
 
 
@@ -902,21 +971,39 @@ def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: i
     cp = (int(per), int(n), int(max_depth), int(min_breadth), int(max_breadth), bool(prob))
     cs = corpus_scratch(max(per, 1), n, trie_budget, max_depth, max_breadth, prob,
                         max(a.max_kids for a in automata))
-    return (automata_list(automata), cp, cs, corpus_walks(rows, max_depth, len(automata)),
+    return (automata_pool(automata), cp, cs, corpus_walks(rows, max_depth, len(automata)),
             int(trie_budget))
 
 
-def automata_list(automata: Sequence["FlatAutomaton"]):
-    """The automata's arrays as the list the match kernel takes (a typed list under Numba)."""
-    import numba
-
-    items = [a.arrays() for a in automata]
-    if numba.config.DISABLE_JIT:
-        return items
-    typed = numba.typed.List()
-    for item in items:
-        typed.append(item)
-    return typed
+def automata_pool(automata: Sequence["FlatAutomaton"], *, adopt: bool = False) -> tuple:
+    """The automata's records in one set of arrays, as the match kernels take them (the same
+    types whatever the number of corpora): ``(states, edges, kids, root, bases)``, where row
+    ``k`` of ``bases`` holds where automaton ``k`` (merge order) starts in ``states``, in
+    ``edges``/``kids`` and in ``root``, and its root table's size - 1.  ``adopt``: the
+    automata then keep views into the pool instead of their own arrays (memory held once).
+    All built for the same match type."""
+    if not automata:
+        raise ValueError("automata_pool needs at least one automaton")
+    widths = {a.kids.shape[1] for a in automata}
+    if len(widths) != 1:
+        raise ValueError("the automata are built for different match types (BFS and PROB)")
+    bases = np.zeros((len(automata), 4), np.int64)
+    at = np.zeros(3, np.int64)
+    for k, a in enumerate(automata):
+        bases[k, :3] = at
+        bases[k, 3] = a.root.shape[0] - 1
+        at += (a.states.shape[0], a.edges.shape[0], a.root.shape[0])
+    if len(automata) == 1:
+        a = automata[0]
+        return a.states, a.edges, a.kids, a.root, bases
+    pool = tuple(np.concatenate([getattr(a, f) for a in automata])
+                 for f in ("states", "edges", "kids", "root"))
+    if adopt:
+        for (sb, eb, rb, _), a in zip(bases.tolist(), automata):
+            a.states, a.edges, a.kids, a.root = (
+                pool[0][sb:sb + a.states.shape[0]], pool[1][eb:eb + a.edges.shape[0]],
+                pool[2][eb:eb + a.edges.shape[0]], pool[3][rb:rb + a.root.shape[0]])
+    return pool + (bases,)
 
 
 def merge_batch(last_tokens: np.ndarray, n: int, primary: tuple[np.ndarray, np.ndarray],
@@ -933,8 +1020,12 @@ def merge_batch(last_tokens: np.ndarray, n: int, primary: tuple[np.ndarray, np.n
     return tokens, mask, num
 
 
+# The largest stream an automaton takes: its state, edge and count fields are int32.
+_MAX_STREAM = (2**31 - 5) // 3
+
+
 class FlatAutomaton:
-    """One corpus's suffix automaton on flat arrays (see the module docstring).
+    """One corpus's suffix automaton as records (see the module docstring).
 
     Examples
     --------
@@ -946,12 +1037,10 @@ class FlatAutomaton:
     [[5, 6, 5, 7, 6]]
     """
 
-    __slots__ = ("off", "l_tok", "l_dst", "c_tok", "c_dst", "length", "link", "occ", "max_kids",
-                 "prob")
+    __slots__ = ("states", "edges", "kids", "root", "max_kids", "prob")
 
     def __init__(self, arrays: tuple, prob: bool) -> None:
-        (self.off, self.l_tok, self.l_dst, self.c_tok, self.c_dst, self.length, self.link,
-         self.occ, max_kids) = arrays
+        self.states, self.edges, self.kids, self.root, max_kids = arrays
         self.max_kids = int(max_kids)
         self.prob = bool(prob)
 
@@ -959,22 +1048,33 @@ class FlatAutomaton:
     def build(cls, stream: np.ndarray, *, prob: bool) -> "FlatAutomaton":
         """The automaton of an int32 token stream; ``prob`` orders children for PROB
         (occurrences) instead of BFS (last occurrence)."""
-        return cls(_build_kernel(np.ascontiguousarray(stream, dtype=np.int32), bool(prob)),
-                   prob)
+        stream = np.ascontiguousarray(stream, dtype=np.int32)
+        if stream.size > _MAX_STREAM:
+            raise ValueError(f"a corpus stream of {stream.size} tokens is longer than an "
+                             f"automaton takes ({_MAX_STREAM})")
+        return cls(_build_kernel(stream, bool(prob)), prob)
+
+    def own(self) -> None:
+        """Hold copies of the records if they are views into a pool (:func:`automata_pool`
+        with ``adopt``), so that the pool can be freed."""
+        # A view into a pool has an array as its base (own records: none, or the kernel's
+        # memory owner).
+        if isinstance(self.states.base, np.ndarray):
+            self.states, self.edges, self.kids, self.root = (
+                self.states.copy(), self.edges.copy(), self.kids.copy(), self.root.copy())
 
     def arrays(self) -> tuple:
-        """The arrays (and the largest child count) in kernel argument order."""
-        return (self.off, self.l_tok, self.l_dst, self.c_tok, self.c_dst, self.length,
-                self.link, self.occ, np.int64(self.max_kids))
+        """The records: ``(states, edges, kids, root)``."""
+        return self.states, self.edges, self.kids, self.root
 
     @property
     def n_states(self) -> int:
-        return int(self.length.size)
+        return int(self.states.shape[0])
 
     def nbytes(self) -> int:
-        """Bytes held by the arrays."""
-        return int(sum(a.nbytes for a in (self.off, self.l_tok, self.l_dst, self.c_tok,
-                                          self.c_dst, self.length, self.link, self.occ)))
+        """Bytes held by the records."""
+        return int(self.states.nbytes + self.edges.nbytes + self.kids.nbytes
+                   + self.root.nbytes)
 
     def draft_batch(self, contexts: Sequence[np.ndarray], budget: int, *, max_depth: int,
                     min_breadth: int, max_breadth: int,
@@ -992,6 +1092,6 @@ class FlatAutomaton:
         tokens = np.empty((count, n), np.int32)
         mask = np.empty((count, n, n), np.bool_)
         _draft_kernel(flat, offsets, budget, max_depth, min_breadth, max_breadth, bool(prob),
-                      self.off, self.l_tok, self.l_dst, self.c_tok, self.c_dst, self.length,
-                      self.link, self.occ, self.max_kids, tokens, mask)
+                      self.states, self.edges, self.kids, self.root, self.max_kids, tokens,
+                      mask)
         return tokens, mask

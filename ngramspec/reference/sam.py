@@ -183,14 +183,18 @@ class SuffixAutomaton:
                                                max_breadth=max_breadth, prob=prob)
         return tokens, mask
 
-    def nbytes(self) -> int:
-        """The bytes the engine's flat arrays hold for this automaton (per state: an int64
-        edge offset, int32 length and link, int64 count; per transition, separator included:
-        four int32), so that both backends report and bound the same size; the Python
-        objects themselves take far more."""
+    def nbytes(self, *, prob: bool = False) -> int:
+        """The bytes the engine's records hold for this automaton built for PROB (``prob``)
+        or BFS (per state: four int32; per transition, separator included: four int32, five
+        for PROB; the root's transitions again in a hash table of two int32 per slot, a power
+        of two >= twice their number), so that both backends report and bound the same size;
+        the Python objects themselves take far more."""
         states = len(self.states)
         edges = sum(len(s.trans) for s in self.states)
-        return 8 * (states + 1) + 16 * states + 16 * edges
+        slots = 2
+        while slots < 2 * len(self.states[0].trans):
+            slots *= 2
+        return 16 * states + (20 if prob else 16) * edges + 8 * slots
 
 
 def leaf_paths(tokens: np.ndarray, mask: np.ndarray) -> list[list[int]]:
