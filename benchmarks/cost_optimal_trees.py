@@ -19,6 +19,10 @@ Cost settings:
   1.2 ms at batch 1 and more as the batch grows).
 
     python benchmarks/cost_optimal_trees.py [--part holdout] [--concurrency 1,4,16] [--json F]
+
+``--thresholds``, ``--costs`` and ``--estimates`` narrow the grid (e.g. a finer sweep of the
+thresholds at concurrency 1 under the flat costs: ``--thresholds 2,2.25,2.5,...,5 --costs
+flat --estimates calibrated --concurrency 1``).
 """
 
 from __future__ import annotations
@@ -62,18 +66,36 @@ def main() -> None:
     ap.add_argument("--part", default="holdout", choices=("tune", "holdout"))
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--json", help="write every result here")
+    ap.add_argument("--thresholds", help="comma-separated fixed thresholds (default "
+                    + ",".join(f"{t:g}" for t in THRESHOLDS) + ")")
+    ap.add_argument("--costs", default="flat,growing", help="cost settings: flat, growing")
+    ap.add_argument("--estimates", default="counts,calibrated",
+                    help="counts, calibrated or both")
     args = ap.parse_args()
+    try:
+        thresholds = (tuple(float(t) for t in args.thresholds.split(","))
+                      if args.thresholds else THRESHOLDS)
+    except ValueError:
+        ap.error(f"--thresholds must be comma-separated numbers, got {args.thresholds!r}")
+    names = args.costs.split(",")
+    estimates = args.estimates.split(",")
+    if not set(names) <= set(settings()) or not names:
+        ap.error(f"--costs must name flat and/or growing, got {args.costs!r}")
+    if not set(estimates) <= {"counts", "calibrated"} or not estimates:
+        ap.error(f"--estimates must name counts and/or calibrated, got {args.estimates!r}")
+    chosen = {n: c for n, c in settings().items() if n in names}
+    flags = [e == "calibrated" for e in ("counts", "calibrated") if e in estimates]
     rows = split_streams(read_streams(embedded_streams_path()), part=args.part)
     levels = [int(c) for c in args.concurrency.split(",")]
     results = []
-    for name, cost in settings().items():
+    for name, cost in chosen.items():
         print(f"\n{name} costs, {args.part} part ({len(rows)} requests): predicted speed-up "
               "(tokens/step, drafts/step)")
         head = ["estimates", "min_expected_accept"] + [f"c={c}" for c in levels]
         print(" | ".join(head))
         print(" | ".join("---" for _ in head))
-        for calibrated in (False, True):
-            for threshold in THRESHOLDS + ("auto",):
+        for calibrated in flags:
+            for threshold in thresholds + ("auto",):
                 cells = []
                 for c in levels:
                     res = run(rows, cost, c, calibrated, threshold)
@@ -86,8 +108,8 @@ def main() -> None:
                 print(" | ".join([label, th] + cells))
     # The goal: auto at or above every fixed threshold (same estimates), and >= 1.0.
     print()
-    for name in settings():
-        for calibrated in (False, True):
+    for name in chosen:
+        for calibrated in flags:
             for c in levels:
                 sel = [r for r in results if r["costs"] == name and r["calibrated"] == calibrated
                        and r["concurrency"] == c]

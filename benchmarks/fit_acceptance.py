@@ -20,7 +20,15 @@ Only the ``"tune"`` part (``ngramspec.holdout``) is read.
 ``--save``/``--load`` keep the collected edges (each with its request's index) for
 re-fitting without drafting again.
 
+``--cv R`` compares fits by cross-validation inside the tuning part (the hold-out part is not
+read): the tuning requests are cut ``R`` times into two random halves by conversation
+(:func:`ngramspec.holdout.group_key`); each half's edges are fitted and the other half is
+replayed (concurrency 1) with that table; printed per edge set (each ``--load`` file, e.g.
+the edges of the trees of two tables): the worst bin holding at least 1% of the steps, per
+fold and on average.
+
     python benchmarks/fit_acceptance.py [--calibrated] [--ridge R] [--write] [--save F.npy]
+    python benchmarks/fit_acceptance.py --cv 8 --load A.npy,B.npy [--seed S]
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import numpy as np
 
 import ngramspec as ns
 import ngramspec.reference.backend as ref_backend
-from ngramspec.holdout import split_streams
+from ngramspec.holdout import group_key, split_streams
 from ngramspec.reference.adaptive import _conditional_total, _depth, calibrated_conditional
 from ngramspec.reference.tree import level_order
 from ngramspec.stdorder import UnorderedMapOrder
@@ -190,6 +198,40 @@ def table_source(coef: np.ndarray, note: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def table_array(coef: np.ndarray, level_edges=LEVEL_EDGES) -> np.ndarray:
+    """The kernels' form of a fitted table (:func:`ngramspec.acceptance.calibration_array`)."""
+    return np.concatenate([[len(CONTEXT_EDGES), len(TOTAL_EDGES), len(level_edges)],
+                           CONTEXT_EDGES, TOTAL_EDGES, level_edges,
+                           np.asarray(coef, np.float64).reshape(-1)]).astype(np.float64)
+
+
+def cross_validate(edge_sets: dict, rows: list[dict], repeats: int, ridge: float,
+                   seed: int = 0) -> dict:
+    """Worst bin (>= 1% of steps) of each edge set's fit, judged on the other half of the
+    tuning requests, per fold (``2 * repeats`` folds, the same halves for every set)."""
+    import ngramspec.acceptance as acceptance
+
+    keys = sorted({group_key(r["id"]) for r in rows})
+    rng = np.random.default_rng(seed)
+    out: dict = {name: [] for name in edge_sets}
+    config = ns.NgramConfig.preset("calibrated")
+    shipped = acceptance._TABLE
+    for _ in range(repeats):
+        half = {keys[j] for j in rng.permutation(len(keys))[:len(keys) // 2]}
+        a = [i for i, r in enumerate(rows) if group_key(r["id"]) in half]
+        b = [i for i, r in enumerate(rows) if group_key(r["id"]) not in half]
+        for train, test in ((a, b), (b, a)):
+            for name, edges in edge_sets.items():
+                coef = fit(edges[np.isin(edges[:, 7].astype(int), train)], ridge)
+                acceptance._TABLE = table_array(coef)
+                try:
+                    rel = acceptance.reliability([rows[i] for i in test], config=config)
+                finally:
+                    acceptance._TABLE = shipped
+                out[name].append(rel.worst())
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calibrated", action="store_true",
@@ -197,9 +239,22 @@ def main() -> None:
     ap.add_argument("--ridge", type=float, default=60.0)
     ap.add_argument("--write", action="store_true", help="write ngramspec/_acceptance_table.py")
     ap.add_argument("--save", help="also save the collected edges here (.npy)")
-    ap.add_argument("--load", help="fit on edges saved by --save instead of collecting")
+    ap.add_argument("--load", help="fit on edges saved by --save instead of collecting "
+                    "(with --cv: a comma-separated list of such files)")
+    ap.add_argument("--cv", type=int, default=0, metavar="R",
+                    help="cross-validate the fits of the --load edge sets on R random halvings "
+                    "of the tuning part")
+    ap.add_argument("--seed", type=int, default=0, help="of the --cv halvings")
     args = ap.parse_args()
     rows = split_streams(read_streams(embedded_streams_path()), part="tune")
+    if args.cv:
+        if not args.load:
+            ap.error("--cv needs --load (edge sets saved by --save)")
+        sets = {f: np.load(f) for f in args.load.split(",")}
+        for name, worst in cross_validate(sets, rows, args.cv, args.ridge, args.seed).items():
+            print(f"{name}: worst bin mean {100 * np.mean(worst):.1f}% over {len(worst)} folds "
+                  f"({' '.join(f'{100 * w:.1f}' for w in worst)})")
+        return
     config = ns.NgramConfig.preset("calibrated", calibrated_estimates=args.calibrated)
     orig = ref_backend.build_adaptive
 

@@ -20,8 +20,10 @@ probability, now the calibrated one).
 
 ``min_expected_accept="auto"`` chooses the tree size from step costs: after construction,
 every tree of a step is cut to its first ``k`` nodes (creation order, so every cut is a tree),
-``k`` chosen for the batch to maximise the expected emitted tokens per unit of step time,
-``sum_b E_b(k) / t(batch, k + 1)``, possibly 0 (a plain decode).  The step costs are
+``k`` chosen for the batch, possibly 0 (a plain decode), to maximise
+``sum_b E_b(k) - lam * t(batch, k + 1)``: the expected emitted tokens less the step's time
+valued at ``lam``, the expected tokens per unit of time the run has made so far (so that the
+run's tokens per unit of time are the largest, not each step's).  The step costs are
 :func:`step_costs` of a :class:`~ngramspec.CostTable` or :class:`~ngramspec.CostModel`.
 
 :func:`reliability` measures how well the estimates hold: per verify step the predicted

@@ -315,3 +315,51 @@ def test_cli_auto(tmp_path, streams, capsys):
     assert main(["simulate", *argv], stdout=io.StringIO()) == 2
     assert "--min-expected-accept auto chooses tree sizes from step costs" in \
         capsys.readouterr().err
+
+
+def test_fitted_table_array_is_the_kernels_table():
+    """``fit_acceptance.table_array`` (the tables its cross-validation replays) lays a fit out
+    as ``calibration_array`` does: the shipped coefficients give the shipped array."""
+    from benchmarks import fit_acceptance as fit
+    from ngramspec._acceptance_table import COEFFICIENTS
+
+    assert_array_equal(fit.table_array(np.asarray(COEFFICIENTS)),
+                       calibration_array(ns.NgramConfig.preset("calibrated")))
+
+
+def test_cross_validation_fits_halves_and_restores_the_table():
+    """``fit_acceptance.cross_validate``: two folds per halving for every edge set, each a
+    worst-bin error; the shipped table is in place afterwards."""
+    import ngramspec.acceptance as acceptance
+    from benchmarks import fit_acceptance as fit
+
+    rows = [{"id": f"t/{i}", "task": "t", "prompt_ids": [1, 2, 3, 1, 2],
+             "output_ids": [3, 1, 2, 3, 9, 1, 2, 3]} for i in range(4)]
+    rng = np.random.default_rng(0)
+    n = 200
+    edges = np.stack([rng.integers(0, 2, n), rng.integers(1, 30, n), rng.integers(0, 9, n),
+                      rng.integers(1, 6, n), rng.integers(0, 3, n), rng.random(n),
+                      rng.integers(0, 2, n), rng.integers(0, 4, n)], 1).astype(np.float64)
+    shipped = acceptance._TABLE
+    before = shipped.copy()
+    out = fit.cross_validate({"a": edges, "b": edges[::-1]}, rows, repeats=2, ridge=60.0)
+    assert sorted(out) == ["a", "b"]
+    assert all(len(v) == 4 and all(np.isfinite(w) and w >= 0 for w in v)
+               for v in out.values())
+    assert acceptance._TABLE is shipped
+    assert_array_equal(calibration_array(ns.NgramConfig.preset("calibrated")), before)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--thresholds", "3,x"], "--thresholds must be comma-separated numbers"),
+    (["--costs", "steep"], "--costs must name flat and/or growing"),
+    (["--estimates", "exact"], "--estimates must name counts and/or calibrated"),
+])
+def test_cost_optimal_trees_refuses_bad_options(monkeypatch, capsys, argv, match):
+    from benchmarks import cost_optimal_trees as cot
+
+    monkeypatch.setattr("sys.argv", ["cost_optimal_trees.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        cot.main()
+    assert exc.value.code == 2
+    assert match in capsys.readouterr().err
