@@ -21,7 +21,7 @@ import numpy as np
 
 from .._jit import jit
 from .tree import _map_insert, _tree_reset, fill_result
-from .trie import Trie, _slot
+from .trie import _SCAN, Trie, _slot
 
 __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adaptive_saved",
            "choose_cap", "layout_prefix", "cond_estimate"]
@@ -35,10 +35,6 @@ __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adapt
 AdaptiveScratch = namedtuple("AdaptiveScratch", "a_nodes a_depths t_tok t_head t_next t_cnt "
                                                 "t_bc order t_prob slot_parent k_p k_node h_p "
                                                 "h_o h_par h_node t_lvl l_nodes")
-
-
-# Children of a node looked through before the child table, in the anchor walks.
-_SCAN = 4
 
 
 @jit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 from types import SimpleNamespace
-from typing import Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 from numba.core import types as _nbtypes
@@ -388,14 +388,7 @@ class EngineBackend:
                                 cfg.max_match_window_size, params, self.trie.packed,
                                 BUCKET_COUNTS, self._buf, tokens, mask, num)
             return tokens, mask, num
-        if keys is None:
-            rows = np.zeros(b, np.int64)
-            lens = rows
-        else:
-            rows = self._rows_of(keys)
-            lens = (total_lens if type(total_lens) is np.ndarray and total_lens.dtype is _I64
-                    else np.asarray(total_lens, np.int64))
-            lens = _plain(lens)
+        rows, lens = self._rows_and_lens(keys, total_lens, b)
         args = (flat, offsets, rows, lens, keys is None, params, self.trie.packed,
                 self.states, BUCKET_COUNTS, self._buf, tokens, mask, num)
         kernel = self._match_entry
@@ -403,6 +396,18 @@ class EngineBackend:
             kernel = self._match_entry = entry_point(match_batch, *args)
         kernel(*args)
         return tokens, mask, num
+
+    def _rows_and_lens(self, keys: Sequence[Hashable] | None, total_lens: Any, b: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """The match-state rows of ``keys`` and the int64 total lengths (zeros for a
+        stateless call, ``keys`` None)."""
+        if keys is None:
+            rows = np.zeros(b, np.int64)
+            return rows, rows
+        rows = self._rows_of(keys)
+        lens = (total_lens if type(total_lens) is np.ndarray and total_lens.dtype is _I64
+                else np.asarray(total_lens, np.int64))
+        return rows, _plain(lens)
 
     def _engine_for(self, b: int) -> tuple:
         """The :class:`Engine` for a stateful match of ``b`` requests, and the first of the
@@ -446,10 +451,13 @@ class EngineBackend:
                      total_lens: np.ndarray) -> tuple[tuple, int, int]:
         """:meth:`match_pooled` of a batch already packed (``flat`` int32 tokens, ``offsets``
         int64) with request ids ``keys`` and int64 ``total_lens``."""
-        rows = self._rows_of(keys)
+        return self._run_pooled(flat, offsets, self._rows_of(keys), total_lens, False)
+
+    def _run_pooled(self, flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
+                    lens: np.ndarray, stateless: bool) -> tuple[tuple, int, int]:
         b = offsets.size - 1
         eng, at = self._engine_for(b)
-        args = (flat, offsets, rows, total_lens, False, eng, at)
+        args = (flat, offsets, rows, lens, stateless, eng, at)
         kernel = self._pooled_entry
         if kernel is None:
             kernel = self._pooled_entry = entry_point(match_pooled, *args)
@@ -466,21 +474,8 @@ class EngineBackend:
             pool, at = self.match_one(contexts[0], keys[0], int(total_lens[0]))
             return pool, at, at + 1
         flat, offsets = _pack(contexts)
-        if keys is None:
-            rows = np.zeros(b, np.int64)
-            lens = rows
-        else:
-            rows = self._rows_of(keys)
-            lens = (total_lens if type(total_lens) is np.ndarray and total_lens.dtype is _I64
-                    else np.asarray(total_lens, np.int64))
-            lens = _plain(lens)
-        eng, at = self._engine_for(b)
-        args = (flat, offsets, rows, lens, keys is None, eng, at)
-        kernel = self._pooled_entry
-        if kernel is None:
-            kernel = self._pooled_entry = entry_point(match_pooled, *args)
-        kernel(*args)
-        return self._pool, at, at + b
+        rows, lens = self._rows_and_lens(keys, total_lens, b)
+        return self._run_pooled(flat, offsets, rows, lens, keys is None)
 
     def match_corpora(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
                       total_lens: np.ndarray | None, budget: int, pool: tuple, cp: tuple,

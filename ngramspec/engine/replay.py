@@ -49,8 +49,8 @@ from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, s
 from .match import States, match_anchors, new_states, window_anchors
 from .sam import corpus_scratch_in, draft_with_corpora, replay_corpora
 from .tree import BUCKET_COUNTS, build_bfs_scheduled, build_prob, fill_result, new_scratch
-from .trie import (M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED, Trie,
-                   TrieArrays, _g_push_back, _g_push_front, _g_unlink, _slot, squeeze)
+from .trie import (_SCAN, M_FREEHEAD, M_FREETOP, M_GHEAD, M_GTAIL, M_SIZE, M_UNUSED,
+                   Trie, TrieArrays, _g_push_back, _g_push_front, _g_unlink, _slot, squeeze)
 
 __all__ = ["replay", "replay_stream", "ReplayOutput"]
 
@@ -77,8 +77,6 @@ LRU_STAMPS, LRU_LIST, LRU_NONE = 0, 1, 2
 CFG_SIZE = 17
 MODE_BFS, MODE_PROB, MODE_ADAPTIVE = 0, 1, 2
 
-# Children looked through before the child table.
-_SCAN = 4
 # Verify steps per compiled chunk between progress reports.
 _CHUNK_STEPS = 4096
 

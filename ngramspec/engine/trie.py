@@ -161,6 +161,12 @@ def unpack(packed):
                 rec[:, 2], rec[:, 5], g_next, g_prev, ht, meta)
 
 
+# Children of a node looked through before the child table, where the replay's insert and
+# ADAPTIVE's anchor walks spell the child lookup out (inlined helpers taking the arrays made
+# Numba count references to them at every node): replay._insert, adaptive._expand_source.
+_SCAN = 4
+
+
 @jit_inline
 def _slot(parent, token, mask):
     # Multiplicative mixing that stays below 2**63, so plain Python (JIT off) never overflows.
