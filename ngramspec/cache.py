@@ -155,7 +155,10 @@ class NgramCache:
         scratch.insert([[1, 2, 1]])
         if self._config.external_sam_budget:  # the corpus kernels too
             scratch.add_corpus("warmup", [[1, 2, 1]])
+        one = np.array([1, 2], np.int32)
         scratch.match([[1, 2]], request_ids=[0], total_lens=[2])
+        scratch.match([one], request_ids=[0], total_lens=[2])  # serving's forms, too
+        scratch.match([one, one], request_ids=[0, 1], total_lens=[2, 2])
         scratch.match([[1, 2]])
         return self
 
@@ -279,6 +282,8 @@ class NgramCache:
                     if not self._corpora.automata or not self._corpora.active:
                         pool, at = self._backend.match_one(*one)
                         return DraftBatch._pooled(pool, at, at + 1)
+                    if (got := self._corpora.match_serving(self._backend, one=one)) is not None:
+                        return DraftBatch._pooled(*got)
             batch, keys, lens = [one[0]], [one[1]], np.array([one[2]], np.int64)
         elif plain and type(self._backend) is self._pooled_cls and \
                 (packed := v.serving_batch(contexts, request_ids, total_lens)) is not None:
@@ -289,6 +294,9 @@ class NgramCache:
                 if not self._corpora.automata or not self._corpora.active:
                     return DraftBatch._pooled(*self._backend.match_packed(
                         packed[0], packed[1], request_ids, packed[2]))
+                if (got := self._corpora.match_serving(self._backend, packed=packed,
+                                                       keys=request_ids)) is not None:
+                    return DraftBatch._pooled(*got)
             batch, keys, lens = contexts, list(request_ids), packed[2]
         else:
             batch = v.as_contexts(contexts)

@@ -530,6 +530,22 @@ class Corpora:
         return self._match_subset(backend, contexts, keys, total_lens, list(self.order),
                                   record=True)
 
+    def match_serving(self, backend, one: tuple | None = None, packed: tuple | None = None,
+                      keys: list | None = None) -> tuple | None:
+        """Serving's calls, every corpus drawn from, the drafts in rows of the backend's output
+        pool: one request ``one`` (context, id, total length) or a ``packed`` batch (flat
+        tokens, offsets, total lengths) with ids ``keys``.  ``(pool, start, stop)``, or None
+        where this backend has no pool (then :meth:`match`)."""
+        if self.record_parts or not hasattr(backend, "match_one_corpora"):
+            return None
+        if self._kernel_list is None:
+            self._prepare_kernel(*self.split())
+        args = (self._split[1], self._kernel_list, self._cp, self._cs, self._walks)
+        if one is not None:
+            pool, at = backend.match_one_corpora(*one, *args)
+            return pool, at, at + 1
+        return backend.match_packed_corpora(packed[0], packed[1], keys, packed[2], *args)
+
     def _match_subset(self, backend, contexts, keys, total_lens, ids: list[str],
                       record: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The readable path: the trie's tree for the split over ``ids``, then one merge per

@@ -43,7 +43,9 @@ def stream_case(draw):
     return params, corpora, n_req, ops
 
 
-def _run(case, backend):
+def _run(case, backend, serving=False):
+    """The drafts of ``case``'s operations; ``serving``: stateful contexts sent as a server
+    sends them (int32 arrays, plain ids and lengths), the path into the output pool."""
     params, corpora, n_req, ops = case
     cache = ns.NgramCache(**params, backend=backend)
     for i, docs in enumerate(corpora):
@@ -76,6 +78,8 @@ def _run(case, backend):
         seq += more
         ctx = seq[-width:] if kind != "short" else seq[-1:]
         total = len(seq) + (skew if kind == "lie" else 0)
+        if serving:
+            ctx = np.asarray(ctx, np.int32)
         d = cache.match([ctx], request_ids=[f"r{req}"], total_lens=[max(total, len(ctx))])
         out.append((d.tokens.tolist(), d.mask.tolist(), d.num_drafts.tolist()))
     return out
@@ -87,6 +91,52 @@ def test_continued_walks_equal_fresh_walks(case):
     """Numba (fused kernel, walks continued per row) = reference (fresh walks), step by
     step, on growing, shortened, erased and misreported requests."""
     assert _run(case, "numba") == _run(case, "reference")
+
+
+@given(stream_case())
+@settings(max_examples=100, deadline=None)
+def test_serving_calls_equal_the_reference(case):
+    """Batch 1 as a server sends it (the pooled corpus kernel) = reference, step by step."""
+    assert _run(case, "numba", serving=True) == _run(case, "reference")
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("match_type", ["BFS", "PROB"])
+def test_serving_calls_across_growth_and_corpus_changes(match_type, batch):
+    """40 requests in turn (the match states and corpus walks grow past their first size), a
+    corpus added and one removed midway: the pooled corpus kernel's drafts, batch 1 and
+    packed batches, equal the reference's at every step, and earlier results keep theirs."""
+    rng = np.random.default_rng(11)
+    corpus = [rng.integers(0, 6, 300).tolist(), rng.integers(0, 6, 200).tolist()]
+    kw = dict(max_trie_depth=5, max_bfs_breadth=3, draft_token_num=8, capacity=5000,
+              match_type=match_type, external_sam_budget=4)
+    caches = [ns.NgramCache(**kw, backend=b) for b in ("numba", "reference")]
+    for c in caches:
+        c.add_corpus("x", corpus)
+    seqs = {f"r{i}": [i % 6] for i in range(40)}
+    ids = list(seqs)
+    kept = []
+    for step in range(120):
+        if step == 40:
+            for c in caches:
+                c.add_corpus("y", corpus[:1])
+        if step == 80:
+            for c in caches:
+                c.remove_corpus("x")
+        chosen = [ids[(step * batch + j) % len(ids)] for j in range(batch)]
+        for rid in chosen:
+            seqs[rid] += rng.integers(0, 6, int(rng.integers(1, 4))).tolist()
+        ctxs = [np.asarray(seqs[rid][-5:], np.int32) for rid in chosen]
+        lens = [len(seqs[rid]) for rid in chosen]
+        da, db = (c.match(ctxs, request_ids=chosen, total_lens=lens) for c in caches)
+        np.testing.assert_array_equal(da.tokens, db.tokens)
+        np.testing.assert_array_equal(da.mask, db.mask)
+        np.testing.assert_array_equal(da.num_drafts, db.num_drafts)
+        kept.append((da, db.tokens.copy()))
+        for c in caches:
+            c.insert([seqs[rid][-8:] for rid in chosen])
+    for da, tokens in kept:
+        np.testing.assert_array_equal(da.tokens, tokens)
 
 
 @pytest.mark.parametrize("match_type", ["BFS", "PROB"])

@@ -68,6 +68,37 @@ def make_engine(*fields) -> Engine:
     return _new_engine(*fields)
 
 
+@_structref.register
+class _CorpusEngineType(_nbtypes.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, _nbtypes.unliteral(typ)) for name, typ in fields)
+
+
+class CorpusEngine(_structref.StructRefProxy):
+    """The loaded corpora as a stateful match with corpora reads them, one Numba structure
+    beside :class:`Engine` (measured: the same arrays as loose arguments and tuples cost 2.5 us
+    of unboxing per call).  Fields: ``pool``, ``cp``, ``cs`` and ``walks`` as
+    :func:`~ngramspec.engine.sam.corpus_row` takes them (``cs`` the raw buffers of
+    :func:`~ngramspec.engine.sam.corpus_scratch`), and ``budget``, the trie's part of each tree.
+    Built by :func:`make_corpus_engine`; a plain namespace where the JIT is off."""
+
+
+_CORPUS_FIELDS = ("pool", "cp", "cs", "walks", "budget")
+_structref.define_proxy(CorpusEngine, _CorpusEngineType, list(_CORPUS_FIELDS))
+
+
+@jit
+def _new_corpus_engine(pool, cp, cs, walks, budget):
+    return CorpusEngine(pool, cp, cs, walks, budget)
+
+
+def make_corpus_engine(*fields) -> CorpusEngine:
+    """A :class:`CorpusEngine` of ``fields`` (in its field order)."""
+    if getattr(_new_corpus_engine, "overloads", None) is None:  # NUMBA_DISABLE_JIT=1
+        return SimpleNamespace(**dict(zip(_CORPUS_FIELDS, fields)))
+    return _new_corpus_engine(*fields)
+
+
 @jit_inline
 def _draft(ctx, count, top, steps, params, t, sc, bucket_counts, out_tokens, out_mask):
     """Build one request's tree from the ``count`` anchors in ``sc`` and lay it out; returns
@@ -209,6 +240,49 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
 
 
 @jit
+def match_one_corpora(ctx, row, total, eng, ce, at):
+    """:func:`match_batch_corpora` of one request (state row ``row``, total length ``total``)
+    on the arrays of ``eng`` (:class:`Engine`) and ``ce`` (:class:`CorpusEngine`), every
+    corpus drawn from; the drafts go to ``eng``'s pool row ``at``."""
+    _corpus_rows(ctx, row, total, eng, ce, at)
+
+
+@jit
+def match_pooled_corpora(flat, offsets, state_rows, total_lens, eng, ce, at):
+    """:func:`match_one_corpora` of a packed batch (``flat``/``offsets`` as
+    :func:`match_batch` takes them), into ``eng``'s pool rows ``at .. at + batch``."""
+    for b in range(offsets.size - 1):
+        _corpus_rows(flat[offsets[b]:offsets[b + 1]], state_rows[b], total_lens[b], eng, ce,
+                     at + b)
+
+
+@jit_inline
+def _corpus_rows(ctx, row, total, eng, ce, at):
+    """One request of :func:`match_one_corpora`."""
+    t = unpack(eng.trie)
+    st = States(*eng.states)
+    max_depth, min_b, max_b, full, prob_mode = eng.params
+    cp = ce.cp
+    per = cp[0]
+    tb = ce.budget if per else full
+    sc = scratch_in(eng.buf, tb, max_depth, max_b)
+    mmd = max(1, max_depth - 1)
+    count = match_anchors(ctx, total, row, max_depth, t, st, sc.m_scratch, sc.a_nodes,
+                          sc.a_depths)
+    if per == 0:  # a budget too small for the corpora: the trie alone, as without them
+        eng.num[at] = _draft(ctx, count, mmd, mmd, eng.params, t, sc, eng.bc, eng.tokens[at],
+                             eng.mask[at])
+        return
+    cs = corpus_scratch_in(ce.cs)
+    m = tb + 1
+    p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
+    _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, tb, prob_mode), t, sc, eng.bc,
+           p_tokens, p_mask)
+    eng.num[at] = corpus_row(ctx, ce.pool, cp, cs, per, cs[0][:0], p_tokens, p_mask,
+                             eng.tokens[at], eng.mask[at], ce.walks, row, total)
+
+
+@jit
 def match_batch_windows(flat, offsets, min_w, max_w, params, trie, bucket_counts, buf,
                         out_tokens, out_mask, out_num):
     """SGLang 0.5.9's ``batchMatch``: stateless match windows ``min_w .. max_w`` per request
@@ -291,6 +365,12 @@ class EngineBackend:
         self._pool_rows = self._pool_at = 0
         self._pooled_entry = None
         self._one_entry = None
+        # The same for matches with corpora: the CorpusEngine of the corpora's arrays (rebuilt,
+        # and the entry points looked up again, when one of them is replaced).
+        self._corpus_engine = None
+        self._ce_arrays: tuple = ()
+        self._one_corpus_entry = None
+        self._pooled_corpus_entry = None
 
     # Match states ------------------------------------------------------------------------
 
@@ -476,6 +556,57 @@ class EngineBackend:
         flat, offsets = _pack(contexts)
         rows, lens = self._rows_and_lens(keys, total_lens, b)
         return self._run_pooled(flat, offsets, rows, lens, keys is None)
+
+    def _corpus_engine_for(self, budget: int, pool: tuple, cp: tuple, cs: tuple,
+                           walks: list) -> Any:
+        """The :class:`CorpusEngine` of the corpora's arrays (after the rows of this call are
+        taken: the walk rows grow with the match states)."""
+        w = walks[0]
+        if w.shape[0] < self.states[0].size:
+            w = walks[0] = grow_walks(w, self.states[0].size)
+        arrays = self._ce_arrays
+        if self._corpus_engine is None or arrays[0] is not pool or arrays[1] is not cp or \
+                arrays[2] is not cs or arrays[3] is not w or arrays[4] != budget:
+            self._ce_arrays = (pool, cp, cs, w, budget)
+            self._corpus_engine = make_corpus_engine(pool, cp, cs, w, int(budget))
+            # Other corpora may type apart (one automaton's arrays are views of its own).
+            self._one_corpus_entry = self._pooled_corpus_entry = None
+        return self._corpus_engine
+
+    def match_one_corpora(self, ctx: np.ndarray, key: Hashable, total: int, budget: int,
+                          pool: tuple, cp: tuple, cs: tuple, walks: list) -> tuple[tuple, int]:
+        """:meth:`match_one` with external corpora, every corpus drawn from (arguments from
+        ``budget`` on as :meth:`match_corpora` takes them)."""
+        row = self._rows.get(key)
+        if row is None:
+            row = self._new_row(key)
+        f = ctx.flags
+        if not (f.c_contiguous and f.behaved):
+            ctx = np.array(ctx)
+        eng, at = self._engine_for(1)
+        ce = self._corpus_engine_for(budget, pool, cp, cs, walks)
+        kernel = self._one_corpus_entry
+        if kernel is None:
+            kernel = self._one_corpus_entry = entry_point(match_one_corpora, ctx, row, total,
+                                                          eng, ce, at)
+        kernel(ctx, row, total, eng, ce, at)
+        return self._pool, at
+
+    def match_packed_corpora(self, flat: np.ndarray, offsets: np.ndarray, keys: list,
+                             total_lens: np.ndarray, budget: int, pool: tuple, cp: tuple,
+                             cs: tuple, walks: list) -> tuple[tuple, int, int]:
+        """:meth:`match_packed` with external corpora, every corpus drawn from (arguments from
+        ``budget`` on as :meth:`match_corpora` takes them)."""
+        rows = self._rows_of(keys)
+        b = offsets.size - 1
+        eng, at = self._engine_for(b)
+        ce = self._corpus_engine_for(budget, pool, cp, cs, walks)
+        args = (flat, offsets, rows, total_lens, eng, ce, at)
+        kernel = self._pooled_corpus_entry
+        if kernel is None:
+            kernel = self._pooled_corpus_entry = entry_point(match_pooled_corpora, *args)
+        kernel(*args)
+        return self._pool, at, at + b
 
     def match_corpora(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
                       total_lens: np.ndarray | None, budget: int, pool: tuple, cp: tuple,
