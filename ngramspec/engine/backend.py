@@ -240,17 +240,12 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
 
 
 @jit
-def match_one_corpora(ctx, row, total, eng, ce, at):
-    """:func:`match_batch_corpora` of one request (state row ``row``, total length ``total``)
-    on the arrays of ``eng`` (:class:`Engine`) and ``ce`` (:class:`CorpusEngine`), every
-    corpus drawn from; the drafts go to ``eng``'s pool row ``at``."""
-    _corpus_rows(ctx, row, total, eng, ce, at)
-
-
-@jit
 def match_pooled_corpora(flat, offsets, state_rows, total_lens, eng, ce, at):
-    """:func:`match_one_corpora` of a packed batch (``flat``/``offsets`` as
-    :func:`match_batch` takes them), into ``eng``'s pool rows ``at .. at + batch``."""
+    """:func:`match_batch_corpora` of a packed batch (``flat``/``offsets``, ``state_rows``,
+    ``total_lens`` as :func:`match_batch` takes them) on the arrays of ``eng``
+    (:class:`Engine`) and ``ce`` (:class:`CorpusEngine`), every corpus drawn from, the drafts
+    written to ``eng``'s pool rows ``at .. at + batch``.  (One kernel for batch 1 too: a
+    second, scalar one cost a minute more of compiling for 0.3 us per call.)"""
     for b in range(offsets.size - 1):
         _corpus_rows(flat[offsets[b]:offsets[b + 1]], state_rows[b], total_lens[b], eng, ce,
                      at + b)
@@ -258,7 +253,7 @@ def match_pooled_corpora(flat, offsets, state_rows, total_lens, eng, ce, at):
 
 @jit_inline
 def _corpus_rows(ctx, row, total, eng, ce, at):
-    """One request of :func:`match_one_corpora`."""
+    """One request of :func:`match_pooled_corpora`."""
     t = unpack(eng.trie)
     st = States(*eng.states)
     max_depth, min_b, max_b, full, prob_mode = eng.params
@@ -369,8 +364,8 @@ class EngineBackend:
         # and the entry points looked up again, when one of them is replaced).
         self._corpus_engine = None
         self._ce_arrays: tuple = ()
-        self._one_corpus_entry = None
         self._pooled_corpus_entry = None
+        self._one_row_len = np.zeros((2, 1), np.int64)  # batch 1's state row and total length
 
     # Match states ------------------------------------------------------------------------
 
@@ -570,26 +565,29 @@ class EngineBackend:
             self._ce_arrays = (pool, cp, cs, w, budget)
             self._corpus_engine = make_corpus_engine(pool, cp, cs, w, int(budget))
             # Other corpora may type apart (one automaton's arrays are views of its own).
-            self._one_corpus_entry = self._pooled_corpus_entry = None
+            self._pooled_corpus_entry = None
         return self._corpus_engine
 
     def match_one_corpora(self, ctx: np.ndarray, key: Hashable, total: int, budget: int,
                           pool: tuple, cp: tuple, cs: tuple, walks: list) -> tuple[tuple, int]:
         """:meth:`match_one` with external corpora, every corpus drawn from (arguments from
         ``budget`` on as :meth:`match_corpora` takes them)."""
-        row = self._rows.get(key)
-        if row is None:
-            row = self._new_row(key)
         f = ctx.flags
         if not (f.c_contiguous and f.behaved):
             ctx = np.array(ctx)
+        offsets = self._one_offsets
+        offsets[1] = ctx.size
+        one = self._one_row_len
+        row = self._rows.get(key)
+        one[0, 0] = self._new_row(key) if row is None else row
+        one[1, 0] = total
         eng, at = self._engine_for(1)
         ce = self._corpus_engine_for(budget, pool, cp, cs, walks)
-        kernel = self._one_corpus_entry
+        args = (ctx, offsets, one[0], one[1], eng, ce, at)
+        kernel = self._pooled_corpus_entry
         if kernel is None:
-            kernel = self._one_corpus_entry = entry_point(match_one_corpora, ctx, row, total,
-                                                          eng, ce, at)
-        kernel(ctx, row, total, eng, ce, at)
+            kernel = self._pooled_corpus_entry = entry_point(match_pooled_corpora, *args)
+        kernel(*args)
         return self._pool, at
 
     def match_packed_corpora(self, flat: np.ndarray, offsets: np.ndarray, keys: list,
@@ -601,7 +599,7 @@ class EngineBackend:
         b = offsets.size - 1
         eng, at = self._engine_for(b)
         ce = self._corpus_engine_for(budget, pool, cp, cs, walks)
-        args = (flat, offsets, rows, total_lens, eng, ce, at)
+        args = (_plain(flat), offsets, rows, total_lens, eng, ce, at)
         kernel = self._pooled_corpus_entry
         if kernel is None:
             kernel = self._pooled_corpus_entry = entry_point(match_pooled_corpora, *args)
