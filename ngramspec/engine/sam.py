@@ -714,12 +714,17 @@ def _layout(n, tree, q_idx, out_tok, out_par):
 
 
 @jit_inline
-def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup):
+def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup,
+                  src, tag, node_src):
     """Insert the leaf paths of a tree laid out as tokens and parent slots (``m`` slots,
     parents before children) in slot order, as :func:`_insert_leaf_paths` does, walking each
     slot once: ``new_idx`` maps a slot to its node once inserted or found, so a leaf only adds
     its ancestors that are not there yet.  ``lookup=False``: the tree is empty (siblings have
-    distinct tokens, so nothing is found).  Returns the new cursor."""
+    distinct tokens, so nothing is found).  Returns the new cursor.
+
+    ``node_src`` (empty: not kept): the source of each node created here, ``tag``, or with
+    ``tag < 0`` the source ``src[slot]`` of the slot it comes from (a tree merged before)."""
+    keep_src = node_src.size > 0
     if m <= 1:
         return cursor
     for i in range(m):
@@ -752,6 +757,8 @@ def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n
             if cursor >= n:
                 break  # a path cut here stays cut: its slots keep new_idx -1
             _map_insert(at, cursor, t, tree, order)
+            if keep_src:
+                node_src[cursor] = tag if tag >= 0 else src[slot]
             new_idx[slot] = cursor
             at = cursor
             cursor += 1
@@ -771,7 +778,7 @@ def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_bread
     t1 = trie_budget + 1
     dims = np.array([m, n, t1, big, max_depth + 1, heap], np.int64)
     n32 = t1 + _TREE_ROWS * m + (m + 1) + 2 * m + _TREE_ROWS * n + (n + 1) + 4 * big \
-        + 2 * (max_depth + 1) + 2 * (m + 1) + 3 * heap
+        + 2 * (max_depth + 1) + 2 * (m + 1) + 3 * heap + n + big
     return (np.zeros(n32, np.int32), np.zeros(m + 1 + heap), np.zeros(t1 * t1 + big, np.bool_),
             dims)
 
@@ -804,12 +811,14 @@ def corpus_scratch_in(bufs):
     at += 2 * m + 2
     h_par, h_tok, h_state = (b32[at:at + heap], b32[at + heap:at + 2 * heap],
                              b32[at + 2 * heap:at + 3 * heap])
+    at += 3 * heap
+    node_src, r_src = b32[at:at + n], b32[at + n:at + n + big]
     q_breadth, h_p = bf[:m + 1], bf[m + 1:m + 1 + heap]
     p_mask = bb[:t1 * t1].reshape((t1, t1))
     is_parent = bb[t1 * t1:t1 * t1 + big]
     return (p_tok, p_mask, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent,
             new_idx, chain, a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok,
-            h_state)
+            h_state, node_src, r_src)
 
 
 def corpus_walks(rows: int, max_depth: int, corpora: int) -> np.ndarray:
@@ -856,12 +865,16 @@ def _walk_start(ctx, max_depth, walks, row, total):
 
 
 @jit
-def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_mask, walks,
-               row, total):
+def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_mask,
+               out_source, walks, row, total):
     """One request's corpus part of SGLang's ``batchMatch`` (§3.6.7): each corpus of
     ``pool`` (:func:`automata_pool`, merge order) drafts ``per`` nodes, merged in turn into
     the trie's laid-out tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result
-    fills ``out_tokens``/``out_mask`` (``n`` slots).  ``cp``: ``(per, n, max_depth, min_b,
+    fills ``out_tokens``/``out_mask`` (``n`` slots) and, unless it is empty (then nothing
+    more is done), ``out_source`` (int32, ``n`` slots): per slot the part of the merge that
+    created its node, 0 for the trie's tree (and the root and the padding), ``k + 1`` for
+    corpus ``k`` of ``pool``.  A node two parts proposed belongs to the first merged, the
+    trie's tree first, then the corpora in merge order.  ``cp``: ``(per, n, max_depth, min_b,
     max_b, prob)`` (this call's per-corpus budget is ``per``); ``cs``: :func:`corpus_scratch`;
     ``sel``: the corpora this request draws from (``sel[k] != 0``; empty: all, and at least
     one is chosen).  Returns the drafted node count.  Between merges the trees stay as tokens
@@ -874,7 +887,12 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
     the window, which gives the same end (a corpus left out leaves its walk unknown)."""
     _, n, max_depth, min_b, max_b, prob = cp
     (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
-     a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
+     a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state, node_src,
+     r_src) = cs
+    keep_src = out_source.size > 0
+    if not keep_src:
+        node_src = node_src[:0]
+    src_tag = 0  # the first merge's primary is the trie's tree; later ones carry r_src
     st, ed, kd, rt, bases = pool
     last = ctx[ctx.size - 1]
     m = per + 1
@@ -924,13 +942,23 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
         _layout(m, c_tree, c_order, c_tok, c_par)
         _tree_reset(tree)
         cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, new_idx, chain, 1, n,
-                               False)
+                               False, r_src, src_tag, node_src)
         cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, new_idx, chain, cursor,
-                               n, True)
+                               n, True, r_src, k + 1, node_src)
         if k == k_last:
             _fill(last, n, tree, order, r_par, out_tokens, out_mask)
+            if keep_src:  # slot s holds node order[s - 1] (the fill's queue)
+                out_source[0] = 0
+                for i in range(1, cursor):
+                    out_source[i] = node_src[order[i - 1]]
+                for i in range(cursor, n):
+                    out_source[i] = 0
         else:
             _layout(n, tree, order, r_tok, r_par)
+            if keep_src:
+                for i in range(1, cursor):
+                    r_src[i] = node_src[order[i - 1]]
+            src_tag = -1
             rm = n
     if row >= 0:
         base = ctx.size - size
@@ -943,13 +971,14 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
 
 @jit
 def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t, sc,
-                       bucket_counts, corpora, cs, out_tokens, out_mask):
+                       bucket_counts, corpora, cs, out_tokens, out_mask, out_source):
     """One request's draft with corpora for the compiled replay, from the trie anchors
     already in ``sc`` (``count`` of them): the trie's tree with the reduced budget, then
     :func:`corpus_row`.  ``corpora``: ``(pool, cp, scratch buffers, walks, trie_budget)``
-    (:func:`replay_corpora`); ``cs``: :func:`corpus_scratch_in` of its buffers.  Returns the
-    drafted node count; the slot parents of the result are then in ``cs[9]``."""
-    pool, cp, _, walks, trie_budget = corpora
+    (:func:`replay_corpora`); ``cs``: :func:`corpus_scratch_in` of its buffers;
+    ``out_source``: as :func:`corpus_row`.  Returns the drafted node count; the slot parents
+    of the result are then in ``cs[9]``."""
+    pool, cp, _, walks, trie_budget, _ = corpora
     if prob:
         build_prob(count, trie_budget, max_b, t, sc, bucket_counts)
     else:
@@ -958,21 +987,24 @@ def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t
     p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
     fill_result(ctx[ctx.size - 1], m, sc, p_tokens, p_mask)
     return corpus_row(ctx, pool, cp, cs, cp[0], cs[0][:0], p_tokens, p_mask, out_tokens,
-                      out_mask, walks, row, total)
+                      out_mask, out_source, walks, row, total)
 
 
 def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: int, *, n: int,
                    max_depth: int, min_breadth: int, max_breadth: int, prob: bool,
-                   rows: int) -> tuple:
+                   rows: int, requests: int = 0) -> tuple:
     """The corpora as the compiled replay takes them (``automata`` in merge order; ``per``
-    0: none, and the replay drafts from the trie alone)."""
+    0: none, and the replay drafts from the trie alone).  The last item counts accepted
+    draft tokens per request (``requests`` rows) by source: column 0 the trie's tree,
+    ``k + 1`` corpus ``k`` (:func:`corpus_row`'s ``out_source``)."""
+    sources = len(automata) + 1
     if not automata:  # the kernel's argument types stay the same: one tiny automaton, unused
         automata = [FlatAutomaton.build(np.zeros(1, np.int32), prob=prob)]
     cp = (int(per), int(n), int(max_depth), int(min_breadth), int(max_breadth), bool(prob))
     cs = corpus_scratch(max(per, 1), n, trie_budget, max_depth, max_breadth, prob,
                         max(a.max_kids for a in automata))
     return (automata_pool(automata), cp, cs, corpus_walks(rows, max_depth, len(automata)),
-            int(trie_budget))
+            int(trie_budget), np.zeros((requests, sources), np.int64))
 
 
 def automata_pool(automata: Sequence["FlatAutomaton"], *, adopt: bool = False) -> tuple:
