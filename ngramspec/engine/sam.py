@@ -715,16 +715,15 @@ def _layout(n, tree, q_idx, out_tok, out_par):
 
 @jit_inline
 def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup,
-                  src, tag, node_src):
+                  keep_src, src, tag, node_src):
     """Insert the leaf paths of a tree laid out as tokens and parent slots (``m`` slots,
     parents before children) in slot order, as :func:`_insert_leaf_paths` does, walking each
     slot once: ``new_idx`` maps a slot to its node once inserted or found, so a leaf only adds
     its ancestors that are not there yet.  ``lookup=False``: the tree is empty (siblings have
     distinct tokens, so nothing is found).  Returns the new cursor.
 
-    ``node_src`` (empty: not kept): the source of each node created here, ``tag``, or with
+    ``keep_src``: write ``node_src``, the source of each node created here, ``tag``, or with
     ``tag < 0`` the source ``src[slot]`` of the slot it comes from (a tree merged before)."""
-    keep_src = node_src.size > 0
     if m <= 1:
         return cursor
     for i in range(m):
@@ -890,8 +889,6 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
      a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state, node_src,
      r_src) = cs
     keep_src = out_source.size > 0
-    if not keep_src:
-        node_src = node_src[:0]
     src_tag = 0  # the first merge's primary is the trie's tree; later ones carry r_src
     st, ed, kd, rt, bases = pool
     last = ctx[ctx.size - 1]
@@ -942,9 +939,9 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
         _layout(m, c_tree, c_order, c_tok, c_par)
         _tree_reset(tree)
         cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, new_idx, chain, 1, n,
-                               False, r_src, src_tag, node_src)
+                               False, keep_src, r_src, src_tag, node_src)
         cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, new_idx, chain, cursor,
-                               n, True, r_src, k + 1, node_src)
+                               n, True, keep_src, r_src, k + 1, node_src)
         if k == k_last:
             _fill(last, n, tree, order, r_par, out_tokens, out_mask)
             if keep_src:  # slot s holds node order[s - 1] (the fill's queue)
