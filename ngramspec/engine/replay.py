@@ -362,7 +362,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     out_mask = np.empty((n, n), np.bool_)
     out_prob = np.empty(n, np.float64)
     with_corpora = corpora[1][0] > 0
-    out_source = np.zeros(n, np.int32)  # per slot, the part of the merge that drafted it
+    # Per slot, the part of the merge that drafted it (then corpus_row's work space).
+    out_source = np.zeros(3 * n, np.int32)
     by_source = corpora[5]
     auto = costs.shape[0] > 0
     # "auto": every tree of a step is drafted and saved first, then cut to one cap.

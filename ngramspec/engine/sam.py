@@ -715,15 +715,16 @@ def _layout(n, tree, q_idx, out_tok, out_par):
 
 @jit_inline
 def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup,
-                  keep_src, src, tag, node_src):
+                  keep_src, srcs, tag):
     """Insert the leaf paths of a tree laid out as tokens and parent slots (``m`` slots,
     parents before children) in slot order, as :func:`_insert_leaf_paths` does, walking each
     slot once: ``new_idx`` maps a slot to its node once inserted or found, so a leaf only adds
     its ancestors that are not there yet.  ``lookup=False``: the tree is empty (siblings have
     distinct tokens, so nothing is found).  Returns the new cursor.
 
-    ``keep_src``: write ``node_src``, the source of each node created here, ``tag``, or with
-    ``tag < 0`` the source ``src[slot]`` of the slot it comes from (a tree merged before)."""
+    ``keep_src``: write the source of each node ``i`` created here to ``srcs[n + i]``:
+    ``tag``, or with ``tag < 0`` the source ``srcs[2 * n + slot]`` of the slot it comes from
+    (a tree merged before; :func:`corpus_row`'s ``out_source``)."""
     if m <= 1:
         return cursor
     for i in range(m):
@@ -757,7 +758,7 @@ def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n
                 break  # a path cut here stays cut: its slots keep new_idx -1
             _map_insert(at, cursor, t, tree, order)
             if keep_src:
-                node_src[cursor] = tag if tag >= 0 else src[slot]
+                srcs[n + cursor] = tag if tag >= 0 else srcs[2 * n + slot]
             new_idx[slot] = cursor
             at = cursor
             cursor += 1
@@ -777,7 +778,7 @@ def corpus_scratch(per: int, n: int, trie_budget: int, max_depth: int, max_bread
     t1 = trie_budget + 1
     dims = np.array([m, n, t1, big, max_depth + 1, heap], np.int64)
     n32 = t1 + _TREE_ROWS * m + (m + 1) + 2 * m + _TREE_ROWS * n + (n + 1) + 4 * big \
-        + 2 * (max_depth + 1) + 2 * (m + 1) + 3 * heap + n + big
+        + 2 * (max_depth + 1) + 2 * (m + 1) + 3 * heap
     return (np.zeros(n32, np.int32), np.zeros(m + 1 + heap), np.zeros(t1 * t1 + big, np.bool_),
             dims)
 
@@ -810,14 +811,12 @@ def corpus_scratch_in(bufs):
     at += 2 * m + 2
     h_par, h_tok, h_state = (b32[at:at + heap], b32[at + heap:at + 2 * heap],
                              b32[at + 2 * heap:at + 3 * heap])
-    at += 3 * heap
-    node_src, r_src = b32[at:at + n], b32[at + n:at + n + big]
     q_breadth, h_p = bf[:m + 1], bf[m + 1:m + 1 + heap]
     p_mask = bb[:t1 * t1].reshape((t1, t1))
     is_parent = bb[t1 * t1:t1 * t1 + big]
     return (p_tok, p_mask, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent,
             new_idx, chain, a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok,
-            h_state, node_src, r_src)
+            h_state)
 
 
 def corpus_walks(rows: int, max_depth: int, corpora: int) -> np.ndarray:
@@ -869,15 +868,17 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
     """One request's corpus part of SGLang's ``batchMatch`` (§3.6.7): each corpus of
     ``pool`` (:func:`automata_pool`, merge order) drafts ``per`` nodes, merged in turn into
     the trie's laid-out tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result
-    fills ``out_tokens``/``out_mask`` (``n`` slots) and, unless it is empty (then nothing
-    more is done), ``out_source`` (int32, ``n`` slots): per slot the part of the merge that
-    created its node, 0 for the trie's tree (and the root and the padding), ``k + 1`` for
-    corpus ``k`` of ``pool``.  A node two parts proposed belongs to the first merged, the
-    trie's tree first, then the corpora in merge order.  ``cp``: ``(per, n, max_depth, min_b,
+    fills ``out_tokens``/``out_mask`` (``n`` slots).  ``cp``: ``(per, n, max_depth, min_b,
     max_b, prob)`` (this call's per-corpus budget is ``per``); ``cs``: :func:`corpus_scratch`;
     ``sel``: the corpora this request draws from (``sel[k] != 0``; empty: all, and at least
     one is chosen).  Returns the drafted node count.  Between merges the trees stay as tokens
     and parent slots; only the last one writes a mask.
+
+    ``out_source`` (int32; empty: nothing more is done, as on the match path): ``3 * n``
+    long, ``out_source[:n]`` receives per slot the part of the merge that created its node,
+    0 for the trie's tree (and the root and the padding), ``k + 1`` for corpus ``k`` of
+    ``pool``; the rest is work space.  A node two parts proposed belongs to the first merged:
+    the trie's tree first, then the corpora in merge order.
 
     ``walks`` (:func:`corpus_walks`; ``row`` < 0: none): SGLang walks the last
     ``max_depth`` tokens through every automaton on each match; a walk's end depends only on
@@ -886,10 +887,9 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
     the window, which gives the same end (a corpus left out leaves its walk unknown)."""
     _, n, max_depth, min_b, max_b, prob = cp
     (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
-     a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state, node_src,
-     r_src) = cs
+     a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
     keep_src = out_source.size > 0
-    src_tag = 0  # the first merge's primary is the trie's tree; later ones carry r_src
+    src_tag = 0  # the first merge's primary is the trie's tree; later ones the slots' sources
     st, ed, kd, rt, bases = pool
     last = ctx[ctx.size - 1]
     m = per + 1
@@ -939,22 +939,22 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
         _layout(m, c_tree, c_order, c_tok, c_par)
         _tree_reset(tree)
         cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, new_idx, chain, 1, n,
-                               False, keep_src, r_src, src_tag, node_src)
+                               False, keep_src, out_source, src_tag)
         cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, new_idx, chain, cursor,
-                               n, True, keep_src, r_src, k + 1, node_src)
+                               n, True, keep_src, out_source, k + 1)
         if k == k_last:
             _fill(last, n, tree, order, r_par, out_tokens, out_mask)
-            if keep_src:  # slot s holds node order[s - 1] (the fill's queue)
+            if keep_src:  # slot i holds node order[i - 1] (the fill's queue)
                 out_source[0] = 0
                 for i in range(1, cursor):
-                    out_source[i] = node_src[order[i - 1]]
+                    out_source[i] = out_source[n + order[i - 1]]
                 for i in range(cursor, n):
                     out_source[i] = 0
         else:
             _layout(n, tree, order, r_tok, r_par)
-            if keep_src:
+            if keep_src:  # the slots' sources, for the next merge
                 for i in range(1, cursor):
-                    r_src[i] = node_src[order[i - 1]]
+                    out_source[2 * n + i] = out_source[n + order[i - 1]]
             src_tag = -1
             rm = n
     if row >= 0:
