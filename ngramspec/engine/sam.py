@@ -714,17 +714,12 @@ def _layout(n, tree, q_idx, out_tok, out_par):
 
 
 @jit_inline
-def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup,
-                  keep_src, srcs, tag):
+def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n, lookup):
     """Insert the leaf paths of a tree laid out as tokens and parent slots (``m`` slots,
     parents before children) in slot order, as :func:`_insert_leaf_paths` does, walking each
     slot once: ``new_idx`` maps a slot to its node once inserted or found, so a leaf only adds
     its ancestors that are not there yet.  ``lookup=False``: the tree is empty (siblings have
-    distinct tokens, so nothing is found).  Returns the new cursor.
-
-    ``keep_src``: write the source of each node ``i`` created here to ``srcs[n + i]``:
-    ``tag``, or with ``tag < 0`` the source ``srcs[2 * n + slot]`` of the slot it comes from
-    (a tree merged before; :func:`corpus_row`'s ``out_source``)."""
+    distinct tokens, so nothing is found).  Returns the new cursor."""
     if m <= 1:
         return cursor
     for i in range(m):
@@ -757,8 +752,6 @@ def _insert_paths(tok, par, m, tree, order, is_parent, new_idx, chain, cursor, n
             if cursor >= n:
                 break  # a path cut here stays cut: its slots keep new_idx -1
             _map_insert(at, cursor, t, tree, order)
-            if keep_src:
-                srcs[n + cursor] = tag if tag >= 0 else srcs[2 * n + slot]
             new_idx[slot] = cursor
             at = cursor
             cursor += 1
@@ -888,8 +881,10 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
     _, n, max_depth, min_b, max_b, prob = cp
     (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
      a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
+    # Sources: node i's in out_source[n + i], the laid-out slots' between merges in
+    # out_source[2 * n:]; a merge creates its nodes in cursor order, the primary's first.
     keep_src = out_source.size > 0
-    src_tag = 0  # the first merge's primary is the trie's tree; later ones the slots' sources
+    merged = False  # the primary is the trie's tree (source 0), later the last merge
     st, ed, kd, rt, bases = pool
     last = ctx[ctx.size - 1]
     m = per + 1
@@ -939,9 +934,21 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
         _layout(m, c_tree, c_order, c_tok, c_par)
         _tree_reset(tree)
         cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, new_idx, chain, 1, n,
-                               False, keep_src, out_source, src_tag)
+                               False)
+        if keep_src:
+            if merged:  # each node from its slot (new_idx: slot -> node, -1: not inserted)
+                for i in range(1, rm):
+                    if new_idx[i] > 0:
+                        out_source[n + new_idx[i]] = out_source[2 * n + i]
+            else:
+                for i in range(1, cursor):
+                    out_source[n + i] = 0
+        first_new = cursor
         cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, new_idx, chain, cursor,
-                               n, True, keep_src, out_source, k + 1)
+                               n, True)
+        if keep_src:
+            for i in range(first_new, cursor):
+                out_source[n + i] = k + 1
         if k == k_last:
             _fill(last, n, tree, order, r_par, out_tokens, out_mask)
             if keep_src:  # slot i holds node order[i - 1] (the fill's queue)
@@ -955,7 +962,7 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
             if keep_src:  # the slots' sources, for the next merge
                 for i in range(1, cursor):
                     out_source[2 * n + i] = out_source[n + order[i - 1]]
-            src_tag = -1
+            merged = True
             rm = n
     if row >= 0:
         base = ctx.size - size
