@@ -463,7 +463,6 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
     by source, as :attr:`SimulationResult.accepted_by_source`, found from the parts of each
     merge (the cache's recorded trees, :func:`~ngramspec.corpora.tree_paths`) independently
     of the engine's node tags."""
-    from .corpora import tree_paths
     from .drafter import Drafter
 
     drafter = Drafter(config=config, backend=backend, costs=costs)
@@ -473,6 +472,8 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
     n_req = len(prompts)
     parts_of = drafter.cache._corpora  # the parts of the last merge, when recorded
     names = [TRIE_SOURCE, *drafter.cache.corpora()]
+    column = {cid: k for k, cid in enumerate(names)}
+    column[""] = 0  # the trie's part in the recorded parts
     attribute = sources is not None and len(names) > 1
     counts = np.zeros((n_req if attribute else 0, len(names)), np.int64)
     if attribute:
@@ -500,14 +501,11 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
         accepted = {}
         parts = None
         if attribute and parts_of.active:
-            column = {cid: k for k, cid in enumerate(names)}
-            column[""] = 0  # the trie's part
             parts = [(column[cid], t, m) for cid, (t, m) in parts_of.last_parts]
         for b, r in enumerate(running):
             e = min(int(result.accept_lens[b]), outputs[r].size - out_len[r])
             if attribute and e > 1:
-                _attribute(counts[r], parts, b, outputs[r][out_len[r]:out_len[r] + e - 1],
-                           tree_paths)
+                _attribute(counts[r], parts, b, outputs[r][out_len[r]:out_len[r] + e - 1])
             emitted[r].append(e)
             drafts[r].append(int(d.num_drafts[b]))
             accepted[ids[r]] = outputs[r][out_len[r]:out_len[r] + e]
@@ -531,11 +529,12 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
             cpu, steps, time.perf_counter() - t0)
 
 
-def _attribute(counts: np.ndarray, parts: list | None, b: int, accepted: np.ndarray,
-               tree_paths: Callable) -> None:
+def _attribute(counts: np.ndarray, parts: list | None, b: int, accepted: np.ndarray) -> None:
     """Add request ``b``'s accepted draft tokens of one step to ``counts`` by source: each
     token to the first part of the merge (``parts``: column, tokens, mask; None: no corpus
     drafted, the trie alone) whose tree holds its path; the trie's when none does (padding)."""
+    from .corpora import tree_paths
+
     if parts is None:
         counts[0] += accepted.size
         return
