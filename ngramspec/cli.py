@@ -422,10 +422,22 @@ def format_report(result: SimulationResult, *, by: str | None = None, source: st
     ks = range(1, len(s.acceptance_by_depth) + 1)
     lines.append("  k  " + "".join(f"{k:>7}" for k in ks))
     lines.append("     " + "".join(f"{_pct(a):>7}" for a in s.acceptance_by_depth))
+    if s.accepted_by_source is not None:
+        lines += ["", _sources_line(s.accepted_by_source)]
     lines += ["", f"drafting CPU time: {result.draft_ms_per_step * 1e3:.1f} µs per serving step "
               f"({result.batch_steps:,} steps); replay took {result.wall_seconds:.2f} s "
               f"({result.output_tokens_per_second:,.0f} output tokens/s)"]
     return "\n".join(lines)
+
+
+def _sources_line(by_source: dict[str, int]) -> str:
+    """Where the accepted draft tokens came from: the trie's part of the merged trees or a
+    corpus's (shares of all accepted draft tokens, bonus tokens excluded)."""
+    total = sum(by_source.values())
+    if total == 0:
+        return "accepted draft tokens: none (no draft token was accepted)"
+    shares = ", ".join(f"{name} {_pct(count / total)}" for name, count in by_source.items())
+    return f"accepted draft tokens: {shares} (of {total:,})"
 
 
 def _table(cols: list[str], rows: list[list[str]]) -> list[str]:

@@ -74,6 +74,11 @@ class Summary:
         Real draft nodes per tree (padding excluded), mean over steps.
     share_steps_with_draft : float
         Share of steps whose tree held at least one real draft.
+    accepted_by_source : dict of str to int, or None
+        With external corpora: the accepted draft tokens (bonus tokens excluded) by the part
+        of SGLang's merged tree that drafted them, ``"trie"`` first, then each corpus id in
+        merge order (see :attr:`SimulationResult.accepted_by_source`).  They sum to
+        ``emitted_tokens - verify_steps``.  None without corpora.
     """
 
     requests: int
@@ -83,12 +88,14 @@ class Summary:
     acceptance_by_depth: list[float]
     draft_nodes_per_step: float
     share_steps_with_draft: float
+    accepted_by_source: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _summarise(emitted: Sequence[np.ndarray], drafts: Sequence[np.ndarray], n: int) -> Summary:
+def _summarise(emitted: Sequence[np.ndarray], drafts: Sequence[np.ndarray], n: int,
+               by_source: dict[str, int] | None = None) -> Summary:
     em = np.concatenate(emitted) if emitted else np.zeros(0, np.int32)
     dr = np.concatenate(drafts) if drafts else np.zeros(0, np.int32)
     steps = int(em.size)
@@ -103,7 +110,7 @@ def _summarise(emitted: Sequence[np.ndarray], drafts: Sequence[np.ndarray], n: i
     else:
         by_depth = [0.0] * (n - 1)
         tps = nodes = share = float("nan")
-    return Summary(len(emitted), steps, total, tps, by_depth, nodes, share)
+    return Summary(len(emitted), steps, total, tps, by_depth, nodes, share, by_source)
 
 
 @dataclass
@@ -138,6 +145,16 @@ class SimulationResult:
         excluded).
     batch_steps : int
         Serving-loop iterations (one target forward each); at concurrency 1 the verify steps.
+    accepted_by_source : dict of str to np.ndarray, or None
+        With external corpora (``simulate(..., corpora=...)``): per request, int64, its
+        accepted draft tokens (the bonus tokens and tokens cut at the end of the recording
+        excluded) by where they came from: ``"trie"``, the trie's part of the merged tree,
+        then each corpus id in SGLang's merge order.  A token counts for the first part of the
+        merge (spec section 3.6.8: the trie's tree, then the corpora in merge order) whose tree
+        holds its path from the root, i.e. the part that put its node into the merged tree;
+        an accepted token-0 padding slot counts for the trie.  Per request they sum to
+        ``emitted[r].sum() - emitted[r].size``; pooled in :attr:`summary`.  None without
+        corpora.
     """
 
     config: NgramConfig
@@ -152,6 +169,7 @@ class SimulationResult:
     draft_seconds: float
     wall_seconds: float
     batch_steps: int
+    accepted_by_source: dict[str, np.ndarray] | None = None
     _summary: Summary | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
@@ -164,8 +182,16 @@ class SimulationResult:
     def summary(self) -> Summary:
         """Pooled figures over all requests."""
         if self._summary is None:
-            self._summary = _summarise(self.emitted, self.drafts, self.config.draft_token_num)
+            self._summary = _summarise(self.emitted, self.drafts, self.config.draft_token_num,
+                                       self._sources(range(len(self.emitted))))
         return self._summary
+
+    def _sources(self, idx: Sequence[int]) -> dict[str, int] | None:
+        """:attr:`accepted_by_source` summed over the requests ``idx``."""
+        if self.accepted_by_source is None:
+            return None
+        pick = np.asarray(idx, np.int64)
+        return {k: int(v[pick].sum()) for k, v in self.accepted_by_source.items()}
 
     @property
     def tokens_per_step(self) -> float:
@@ -218,15 +244,18 @@ class SimulationResult:
         {'a': 3.0, 'b': 6.0}
         """
         n = self.config.draft_token_num
-        return {k: _summarise([self.emitted[i] for i in idx], [self.drafts[i] for i in idx], n)
+        return {k: _summarise([self.emitted[i] for i in idx], [self.drafts[i] for i in idx], n,
+                              self._sources(idx))
                 for k, idx in self.groups(field_name).items()}
 
     def to_dict(self, *, by: str | None = None) -> dict[str, Any]:
         """The JSON report: ``{"config", "summary", ["groups"], "requests"}``.
 
         ``requests[r]`` holds ``id``, ``emitted`` (tokens emitted at each verify step),
-        ``drafts`` (real draft nodes at each step), ``prompt_tokens``, ``output_tokens`` and
-        the record's scalar metadata fields.
+        ``drafts`` (real draft nodes at each step), ``prompt_tokens``, ``output_tokens``, with
+        corpora ``accepted_by_source`` (its accepted draft tokens by source) and the record's
+        scalar metadata fields.  The summary (and each group) holds ``accepted_by_source``
+        pooled (null without corpora).
         """
         summary = self.summary.to_dict()
         summary.update(concurrency=self.concurrency, backend=self.backend,
@@ -244,6 +273,9 @@ class SimulationResult:
                                    "drafts": self.drafts[i].tolist(),
                                    "prompt_tokens": int(self.prompt_lens[i]),
                                    "output_tokens": int(self.output_lens[i])}
+            if self.accepted_by_source is not None:
+                row["accepted_by_source"] = {k: int(v[i])
+                                             for k, v in self.accepted_by_source.items()}
             for k, v in self.metadata[i].items():
                 if k not in row and (v is None or isinstance(v, (str, int, float, bool))):
                     row[k] = v
@@ -290,7 +322,10 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     corpora : mapping of corpus id to documents, optional
         External corpora loaded before the traffic (needs ``config.external_sam_budget > 0``;
         see :meth:`~ngramspec.NgramCache.add_corpus`), in SGLang's merge order whatever the
-        mapping's order.  The compiled loop drafts from them as the cache does.
+        mapping's order.  The compiled loop drafts from them as the cache does, and the
+        result says where the accepted draft tokens came from
+        (:attr:`SimulationResult.accepted_by_source`; ``"trie"`` names the trie's share
+        there, so no corpus may have that id).
     costs : CostTable or CostModel, optional
         Required with ``min_expected_accept="auto"`` (refused otherwise): the step costs
         the tree sizes are chosen from, at each step's batch size.
@@ -315,6 +350,15 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     [[1, 4], [4, 1, 1]]
     >>> r.summary.verify_steps, r.tokens_per_step
     (5, 2.2)
+
+    With a corpus, where the accepted draft tokens came from (per request, and pooled):
+
+    >>> cfg = ns.NgramConfig(draft_token_num=4, capacity=10_000, external_sam_budget=2)
+    >>> r = ns.simulate(rows, config=cfg, corpora={"docs": [[2, 3, 4, 5, 6, 8]]})
+    >>> {k: v.tolist() for k, v in r.accepted_by_source.items()}
+    {'trie': [1, 2], 'docs': [1, 1]}
+    >>> r.summary.accepted_by_source, r.summary.emitted_tokens - r.summary.verify_steps
+    ({'trie': 3, 'docs': 2}, 5)
     """
     config = _check_args(config, concurrency, backend, costs)
     rows = read_streams(streams)
@@ -329,39 +373,60 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     # More requests decoded together than there are requests changes nothing.
     concurrency = min(int(concurrency), len(rows))
     ids = [r["id"] for r in rows]
+    by_source = None
     if backend == "numba":
         from .engine.replay import replay  # imports numba: only when simulating
 
+        names, automata = _automata(config, corpora)
         out = replay(prompts, outputs, config, concurrency=concurrency, progress=progress,
-                     costs=costs, corpora=_automata(config, corpora))
+                     costs=costs, corpora=automata)
         emitted, drafts, cpu, batch_steps, wall = (out.emitted, out.drafts, out.draft_seconds,
                                                    out.batch_steps, out.wall_seconds)
+        if out.accepted_by_source is not None:
+            by_source = dict(zip(names, out.accepted_by_source.T.copy()))
     else:
+        found: dict[str, np.ndarray] = {}
         emitted, drafts, cpu, batch_steps, wall = _replay_stepwise(
-            prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs)
+            prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs,
+            sources=found)
+        by_source = found or None
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=ids,
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
         prompt_lens=np.asarray([p.size for p in prompts], np.int64),
         output_lens=np.asarray([o.size for o in outputs], np.int64),
         emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
-        batch_steps=batch_steps)
+        batch_steps=batch_steps, accepted_by_source=by_source)
 
 
-def _automata(config: NgramConfig, corpora: Mapping[str, Any] | None) -> list:
-    """The corpora's automata in SGLang's merge order, checked and built as
-    :meth:`~ngramspec.NgramCache.add_corpus` does (the same errors)."""
+#: The key of the trie's share in ``accepted_by_source`` (no corpus may have this id).
+TRIE_SOURCE = "trie"
+
+
+def _check_corpora(corpora: Any) -> None:
     if corpora is not None and not isinstance(corpora, Mapping):
         raise TypeError(f"corpora must be a mapping of corpus id to documents, got "
                         f"{type(corpora).__name__}")
+    if corpora and TRIE_SOURCE in corpora:
+        raise ValueError(f"corpora: the id {TRIE_SOURCE!r} names the trie's share of the "
+                         "accepted draft tokens (accepted_by_source); give that corpus "
+                         "another id")
+
+
+def _automata(config: NgramConfig, corpora: Mapping[str, Any] | None
+              ) -> tuple[list[str], list]:
+    """The source names (``"trie"``, then the corpus ids) and the corpora's automata, both in
+    SGLang's merge order, checked and built as :meth:`~ngramspec.NgramCache.add_corpus` does
+    (the same errors)."""
+    _check_corpora(corpora)
     if not corpora:
-        return []
+        return [TRIE_SOURCE], []
     from .cache import NgramCache
 
     cache = NgramCache(config=config.replace(capacity=config.trie_depth + 1))
     for corpus_id, documents in corpora.items():
         cache.add_corpus(corpus_id, documents)
-    return cache._corpora.ordered_automata()
+    return [TRIE_SOURCE, *cache.corpora()], cache._corpora.ordered_automata()
 
 
 def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.ndarray:
@@ -389,18 +454,30 @@ def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.nd
 
 def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
                      ids: list[Hashable], progress: ProgressFn | None,
-                     corpora: Mapping[str, Any] | None = None, costs: Any = None):
+                     corpora: Mapping[str, Any] | None = None, costs: Any = None, *,
+                     sources: dict[str, np.ndarray] | None = None):
     """The loop step by step through :class:`~ngramspec.Drafter` (whose bookkeeping follows
-    the config's profile and options) and :func:`~ngramspec.verify_greedy`."""
+    the config's profile and options) and :func:`~ngramspec.verify_greedy`.
+
+    ``sources`` (a dict, filled with corpora loaded): the accepted draft tokens per request
+    by source, as :attr:`SimulationResult.accepted_by_source`, found from the parts of each
+    merge (the cache's recorded trees, :func:`~ngramspec.corpora.tree_paths`) independently
+    of the engine's node tags."""
     from .drafter import Drafter
 
     drafter = Drafter(config=config, backend=backend, costs=costs)
-    if corpora is not None and not isinstance(corpora, Mapping):
-        raise TypeError(f"corpora must be a mapping of corpus id to documents, got "
-                        f"{type(corpora).__name__}")
+    _check_corpora(corpora)
     for corpus_id, documents in (corpora or {}).items():
         drafter.cache.add_corpus(corpus_id, documents)
     n_req = len(prompts)
+    parts_of = drafter.cache._corpora  # the parts of the last merge, when recorded
+    names = [TRIE_SOURCE, *drafter.cache.corpora()]
+    column = {cid: k for k, cid in enumerate(names)}
+    column[""] = 0  # the trie's part in the recorded parts
+    attribute = sources is not None and len(names) > 1
+    counts = np.zeros((n_req if attribute else 0, len(names)), np.int64)
+    if attribute:
+        parts_of.record_parts = True
     out_len = [0] * n_req
     emitted: list[list[int]] = [[] for _ in range(n_req)]
     drafts: list[list[int]] = [[] for _ in range(n_req)]
@@ -422,8 +499,13 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
         pred = _recorded_argmax(d, running, outputs, [out_len[r] for r in running])
         result = verify_greedy(d, pred)
         accepted = {}
+        parts = None
+        if attribute and parts_of.active:
+            parts = [(column[cid], t, m) for cid, (t, m) in parts_of.last_parts]
         for b, r in enumerate(running):
             e = min(int(result.accept_lens[b]), outputs[r].size - out_len[r])
+            if attribute and e > 1:
+                _attribute(counts[r], parts, b, outputs[r][out_len[r]:out_len[r] + e - 1])
             emitted[r].append(e)
             drafts[r].append(int(d.num_drafts[b]))
             accepted[ids[r]] = outputs[r][out_len[r]:out_len[r] + e]
@@ -440,8 +522,26 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
             progress(sum(out_len), total_tokens)
     if progress is not None:
         progress(total_tokens, total_tokens)
+    if attribute:
+        assert sources is not None
+        sources.update(zip(names, counts.T.copy()))
     return ([np.asarray(e, np.int32) for e in emitted], [np.asarray(d, np.int32) for d in drafts],
             cpu, steps, time.perf_counter() - t0)
+
+
+def _attribute(counts: np.ndarray, parts: list | None, b: int, accepted: np.ndarray) -> None:
+    """Add request ``b``'s accepted draft tokens of one step to ``counts`` by source: each
+    token to the first part of the merge (``parts``: column, tokens, mask; None: no corpus
+    drafted, the trie alone) whose tree holds its path; the trie's when none does (padding)."""
+    from .corpora import tree_paths
+
+    if parts is None:
+        counts[0] += accepted.size
+        return
+    paths = [(col, tree_paths(t[b], m[b])) for col, t, m in parts]
+    for i in range(1, accepted.size + 1):
+        prefix = tuple(int(x) for x in accepted[:i])
+        counts[next((col for col, p in paths if prefix in p), 0)] += 1
 
 
 # --- streaming: corpora larger than memory -------------------------------------------------

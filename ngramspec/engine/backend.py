@@ -235,8 +235,8 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
         _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, tb, prob_mode), t, sc,
                bucket_counts, p_tokens, p_mask)
         out_num[b] = corpus_row(ctx, pool, cp, cs, per, row_sel, p_tokens, p_mask,
-                                out_tokens[b], out_mask[b], walks, -1 if stateless else row,
-                                total)
+                                out_tokens[b], out_mask[b], cs[0][:0], walks,
+                                -1 if stateless else row, total)
 
 
 @jit

@@ -321,7 +321,10 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     trie must have allocated before the next call.
 
     ``corpora``: external corpora (:func:`~ngramspec.engine.sam.replay_corpora`; a per-corpus
-    budget of 0: none), drafted and merged as ``NgramCache.match`` does.
+    budget of 0: none), drafted and merged as ``NgramCache.match`` does; each accepted draft
+    token (the bonus, and tokens cut at the end of the recording, excluded) of request ``r``
+    adds 1 to ``corpora[5][r, source]``, its slot's source (the trie's tree 0, corpus ``k``
+    of the merge order ``k + 1``).
     """
     p_flat, p_off, o_flat, o_off = streams
     loop, run_req, run_row, free_rows, fin_req, l_mode, l_clock, need = run
@@ -358,6 +361,10 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     out_tokens = np.empty(n, np.int32)
     out_mask = np.empty((n, n), np.bool_)
     out_prob = np.empty(n, np.float64)
+    with_corpora = corpora[1][0] > 0
+    # Per slot, the part of the merge that drafted it (then corpus_row's work space).
+    out_source = np.zeros(3 * n, np.int32)
+    by_source = corpora[5]
     auto = costs.shape[0] > 0
     # "auto": every tree of a step is drafted and saved first, then cut to one cap.
     tok_rows = np.zeros((conc if auto else 0, n), np.int32)
@@ -552,17 +559,18 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                                           sc.a_nodes, sc.a_depths)
                 else:
                     count = window_anchors(ctx, min_w, max_w, t, sc.a_nodes, sc.a_depths)
-                if corpora[1][0] > 0:  # external corpora (stateful profile only)
+                if with_corpora:  # external corpora (stateful profile only)
                     used = draft_with_corpora(ctx, count, row, total, mode == MODE_PROB, bfs_top,
                                               bfs_steps, min_b, max_b, t, sc, bucket_counts,
-                                              corpora, c_scratch, out_tokens, out_mask)
+                                              corpora, c_scratch, out_tokens, out_mask,
+                                              out_source)
                     parents = c_scratch[9]
                 elif mode == MODE_PROB:
                     used = build_prob(count, budget, max_b, t, sc, bucket_counts)
                 else:
                     used = build_bfs_scheduled(count, budget, bfs_top, bfs_steps, min_b, max_b,
                                                t, sc, bucket_counts)
-                if corpora[1][0] == 0:
+                if not with_corpora:
                     fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
                     parents = sc.slot_parent
             # Greedy verify along the recording: rec = output[out_len:].
@@ -579,6 +587,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                         break
                 if hit == -1:
                     break
+                if with_corpora and k < left - 1:  # an accepted draft (the cut one is not)
+                    by_source[r, out_source[hit]] += 1
                 last = hit
                 k += 1
             e = min(k + 1, left)
@@ -671,6 +681,11 @@ class ReplayOutput:
         Wall time of the loop (compiling or loading the kernel excluded).
     concurrency : int
         The concurrency used (at most the number of requests).
+    accepted_by_source : np.ndarray or None
+        With corpora, ``(R, 1 + K)`` int64: per request, its accepted draft tokens (the bonus
+        tokens excluded) by the part of the merged tree that drafted them: column 0 the
+        trie's tree, column ``k + 1`` corpus ``k`` in merge order.  A row sums to
+        ``emitted[r].sum() - emitted[r].size``.  None without corpora.
     """
 
     emitted: list[np.ndarray]
@@ -679,6 +694,7 @@ class ReplayOutput:
     draft_seconds: float
     wall_seconds: float
     concurrency: int
+    accepted_by_source: np.ndarray | None = None
 
 
 def _pack(seqs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -774,7 +790,9 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     -------
     ReplayOutput
         Per-request emitted and draft counts, batch steps and timings; equal, step for step,
-        to the :class:`~ngramspec.Drafter` replay of the same configuration.
+        to the :class:`~ngramspec.Drafter` replay of the same configuration.  With corpora
+        also the accepted draft tokens by source (a budget too small to split among the
+        corpora drafts from the trie alone: all the trie's).
     """
     n_req = len(prompts)
     if n_req != len(outputs):
@@ -857,7 +875,8 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
                                  config.budget - per * k if per else config.budget,
                                  n=n, max_depth=depth, min_breadth=config.min_bfs_breadth,
                                  max_breadth=config.max_bfs_breadth,
-                                 prob=config.match_type == "PROB", rows=rows)
+                                 prob=config.match_type == "PROB", rows=rows,
+                                 requests=n_req if per else 0)
     first = True  # the first call runs nothing (max_steps 0): it compiles or loads the kernel
     cpu = wall = 0.0
     while True:
@@ -884,7 +903,13 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
         progress(total_tokens, total_tokens)
     emitted = [em_count[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
     drafts = [em_drafts[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
-    return ReplayOutput(emitted, drafts, int(loop[L_STEPS]), cpu, wall, conc)
+    by_source = None
+    if per:
+        by_source = corpus_args[5]
+    elif k:  # corpora loaded, but no budget for them: every accepted draft is the trie's
+        by_source = np.zeros((n_req, 1 + k), np.int64)
+        by_source[:, 0] = [int(e.sum()) - e.size for e in emitted]
+    return ReplayOutput(emitted, drafts, int(loop[L_STEPS]), cpu, wall, conc, by_source)
 
 
 def _make_room(trie: TrieArrays, local: list[TrieArrays], local_list, need: np.ndarray

@@ -856,8 +856,8 @@ def _walk_start(ctx, max_depth, walks, row, total):
 
 
 @jit
-def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_mask, walks,
-               row, total):
+def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_mask,
+               out_source, walks, row, total):
     """One request's corpus part of SGLang's ``batchMatch`` (§3.6.7): each corpus of
     ``pool`` (:func:`automata_pool`, merge order) drafts ``per`` nodes, merged in turn into
     the trie's laid-out tree ``p_tokens``/``p_mask`` (``trie_budget + 1`` slots); the result
@@ -867,6 +867,12 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
     one is chosen).  Returns the drafted node count.  Between merges the trees stay as tokens
     and parent slots; only the last one writes a mask.
 
+    ``out_source`` (int32; empty: nothing more is done, as on the match path): ``3 * n``
+    long, ``out_source[:n]`` receives per slot the part of the merge that created its node,
+    0 for the trie's tree (and the root and the padding), ``k + 1`` for corpus ``k`` of
+    ``pool``; the rest is work space.  A node two parts proposed belongs to the first merged:
+    the trie's tree first, then the corpora in merge order.
+
     ``walks`` (:func:`corpus_walks`; ``row`` < 0: none): SGLang walks the last
     ``max_depth`` tokens through every automaton on each match; a walk's end depends only on
     those tokens, so when the row's last window plus the appended tokens contains this one
@@ -875,6 +881,10 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
     _, n, max_depth, min_b, max_b, prob = cp
     (_, _, c_tree, c_order, c_tok, c_par, tree, order, r_tok, r_par, is_parent, new_idx, chain,
      a_state, a_len, q_par, q_breadth, q_state, h_p, h_par, h_tok, h_state) = cs
+    # Sources: node i's in out_source[n + i], the laid-out slots' between merges in
+    # out_source[2 * n:]; a merge creates its nodes in cursor order, the primary's first.
+    keep_src = out_source.size > 0
+    merged = False  # the primary is the trie's tree (source 0), later the last merge
     st, ed, kd, rt, bases = pool
     last = ctx[ctx.size - 1]
     m = per + 1
@@ -925,12 +935,34 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
         _tree_reset(tree)
         cursor = _insert_paths(r_tok, r_par, rm, tree, order, is_parent, new_idx, chain, 1, n,
                                False)
+        if keep_src:
+            if merged:  # each node from its slot (new_idx: slot -> node, -1: not inserted)
+                for i in range(1, rm):
+                    if new_idx[i] > 0:
+                        out_source[n + new_idx[i]] = out_source[2 * n + i]
+            else:
+                for i in range(1, cursor):
+                    out_source[n + i] = 0
+        first_new = cursor
         cursor = _insert_paths(c_tok, c_par, m, tree, order, is_parent, new_idx, chain, cursor,
                                n, True)
+        if keep_src:
+            for i in range(first_new, cursor):
+                out_source[n + i] = k + 1
         if k == k_last:
             _fill(last, n, tree, order, r_par, out_tokens, out_mask)
+            if keep_src:  # slot i holds node order[i - 1] (the fill's queue)
+                out_source[0] = 0
+                for i in range(1, cursor):
+                    out_source[i] = out_source[n + order[i - 1]]
+                for i in range(cursor, n):
+                    out_source[i] = 0
         else:
             _layout(n, tree, order, r_tok, r_par)
+            if keep_src:  # the slots' sources, for the next merge
+                for i in range(1, cursor):
+                    out_source[2 * n + i] = out_source[n + order[i - 1]]
+            merged = True
             rm = n
     if row >= 0:
         base = ctx.size - size
@@ -943,13 +975,14 @@ def corpus_row(ctx, pool, cp, cs, per, sel, p_tokens, p_mask, out_tokens, out_ma
 
 @jit
 def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t, sc,
-                       bucket_counts, corpora, cs, out_tokens, out_mask):
+                       bucket_counts, corpora, cs, out_tokens, out_mask, out_source):
     """One request's draft with corpora for the compiled replay, from the trie anchors
     already in ``sc`` (``count`` of them): the trie's tree with the reduced budget, then
     :func:`corpus_row`.  ``corpora``: ``(pool, cp, scratch buffers, walks, trie_budget)``
-    (:func:`replay_corpora`); ``cs``: :func:`corpus_scratch_in` of its buffers.  Returns the
-    drafted node count; the slot parents of the result are then in ``cs[9]``."""
-    pool, cp, _, walks, trie_budget = corpora
+    (:func:`replay_corpora`); ``cs``: :func:`corpus_scratch_in` of its buffers;
+    ``out_source``: as :func:`corpus_row`.  Returns the drafted node count; the slot parents
+    of the result are then in ``cs[9]``."""
+    pool, cp, _, walks, trie_budget, _ = corpora
     if prob:
         build_prob(count, trie_budget, max_b, t, sc, bucket_counts)
     else:
@@ -958,21 +991,24 @@ def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t
     p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
     fill_result(ctx[ctx.size - 1], m, sc, p_tokens, p_mask)
     return corpus_row(ctx, pool, cp, cs, cp[0], cs[0][:0], p_tokens, p_mask, out_tokens,
-                      out_mask, walks, row, total)
+                      out_mask, out_source, walks, row, total)
 
 
 def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: int, *, n: int,
                    max_depth: int, min_breadth: int, max_breadth: int, prob: bool,
-                   rows: int) -> tuple:
+                   rows: int, requests: int = 0) -> tuple:
     """The corpora as the compiled replay takes them (``automata`` in merge order; ``per``
-    0: none, and the replay drafts from the trie alone)."""
+    0: none, and the replay drafts from the trie alone).  The last item counts accepted
+    draft tokens per request (``requests`` rows) by source: column 0 the trie's tree,
+    ``k + 1`` corpus ``k`` (:func:`corpus_row`'s ``out_source``)."""
+    sources = len(automata) + 1
     if not automata:  # the kernel's argument types stay the same: one tiny automaton, unused
         automata = [FlatAutomaton.build(np.zeros(1, np.int32), prob=prob)]
     cp = (int(per), int(n), int(max_depth), int(min_breadth), int(max_breadth), bool(prob))
     cs = corpus_scratch(max(per, 1), n, trie_budget, max_depth, max_breadth, prob,
                         max(a.max_kids for a in automata))
     return (automata_pool(automata), cp, cs, corpus_walks(rows, max_depth, len(automata)),
-            int(trie_budget))
+            int(trie_budget), np.zeros((requests, sources), np.int64))
 
 
 def automata_pool(automata: Sequence["FlatAutomaton"], *, adopt: bool = False) -> tuple:
