@@ -273,8 +273,9 @@ def _corpus_rows(ctx, row, total, eng, ce, at):
     p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
     _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, tb, prob_mode), t, sc, eng.bc,
            p_tokens, p_mask)
-    eng.num[at] = corpus_row(ctx, ce.pool, cp, cs, per, cs[0][:0], p_tokens, p_mask,
-                             eng.tokens[at], eng.mask[at], ce.walks, row, total)
+    none = cs[0][:0]  # every corpus drawn from; no sources kept
+    eng.num[at] = corpus_row(ctx, ce.pool, cp, cs, per, none, p_tokens, p_mask,
+                             eng.tokens[at], eng.mask[at], none, ce.walks, row, total)
 
 
 @jit
