@@ -19,6 +19,8 @@ def _documents():
 class AddCorpus:
     """``add_corpus`` of the recorded streams (about 67k tokens, one document per request)."""
 
+    timeout = 240  # setup compiles the corpus kernels on a fresh checkout (20-40 s)
+
     params = ["BFS", "PROB"]
     param_names = ["match_type"]
 
@@ -36,6 +38,8 @@ class AddCorpus:
 
 class MatchWithCorpora:
     """Stateful match of one serving step with three corpora loaded (the streams by task)."""
+
+    timeout = 240  # setup compiles the corpus kernels on a fresh checkout (20-40 s)
 
     params = (["BFS", "PROB"], [1, 48])
     param_names = ["match_type", "batch"]
@@ -64,6 +68,8 @@ class MatchChosenCorpora:
     """The same step with each request drawing from one of the three corpora
     (``match(..., corpora=)``, beyond SGLang)."""
 
+    timeout = 240  # setup compiles the corpus kernels on a fresh checkout (20-40 s)
+
     params = [1, 48]
     param_names = ["batch"]
 
@@ -78,6 +84,8 @@ class MatchChosenCorpora:
 
 class SimulateWithCorpus:
     """``ns.simulate`` (compiled) of 40 recorded requests with one corpus loaded."""
+
+    timeout = 240  # setup compiles the corpus kernels on a fresh checkout (20-40 s)
 
     def setup(self):
         rows = load_rows()

@@ -540,6 +540,8 @@ class Corpora:
             return None
         if self._kernel_list is None:
             self._prepare_kernel(*self.split())
+        if self._split[0] < 1:  # no budget per corpus: the trie alone (the kernel needs one)
+            return None
         args = (self._split[1], self._kernel_list, self._cp, self._cs, self._walks)
         if one is not None:
             pool, at = backend.match_one_corpora(*one, *args)

@@ -226,14 +226,18 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
             per = min(sam_budget, full) // chosen if chosen else 0
             tb = full - per * chosen if per else full
             sc = scratch_in(buf, tb, max_depth, max_b)
+        # One tree-building call site (each is compiled inline: a second doubled the cold
+        # compile): into the result when no corpus is drawn from, else into the trie's row.
         if per == 0:  # no corpus for this request: the trie alone, as without corpora
-            out_num[b] = _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, full, prob_mode),
-                                t, sc, bucket_counts, out_tokens[b], out_mask[b])
+            p_tokens, p_mask = out_tokens[b], out_mask[b][:, :]
+        else:
+            m = tb + 1
+            p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
+        used = _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, tb if per else full,
+                                             prob_mode), t, sc, bucket_counts, p_tokens, p_mask)
+        if per == 0:
+            out_num[b] = used
             continue
-        m = tb + 1
-        p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
-        _draft(ctx, count, mmd, mmd, (max_depth, min_b, max_b, tb, prob_mode), t, sc,
-               bucket_counts, p_tokens, p_mask)
         out_num[b] = corpus_row(ctx, pool, cp, cs, per, row_sel, p_tokens, p_mask,
                                 out_tokens[b], out_mask[b], cs[0][:0], walks,
                                 -1 if stateless else row, total)
@@ -253,21 +257,18 @@ def match_pooled_corpora(flat, offsets, state_rows, total_lens, eng, ce, at):
 
 @jit_inline
 def _corpus_rows(ctx, row, total, eng, ce, at):
-    """One request of :func:`match_pooled_corpora`."""
+    """One request of :func:`match_pooled_corpora` (corpora active: ``ce.cp[0]``, the budget
+    per corpus, at least 1; one tree-building call site, as each is compiled inline)."""
     t = unpack(eng.trie)
     st = States(*eng.states)
-    max_depth, min_b, max_b, full, prob_mode = eng.params
+    max_depth, min_b, max_b, _, prob_mode = eng.params
     cp = ce.cp
     per = cp[0]
-    tb = ce.budget if per else full
+    tb = ce.budget
     sc = scratch_in(eng.buf, tb, max_depth, max_b)
     mmd = max(1, max_depth - 1)
     count = match_anchors(ctx, total, row, max_depth, t, st, sc.m_scratch, sc.a_nodes,
                           sc.a_depths)
-    if per == 0:  # a budget too small for the corpora: the trie alone, as without them
-        eng.num[at] = _draft(ctx, count, mmd, mmd, eng.params, t, sc, eng.bc, eng.tokens[at],
-                             eng.mask[at])
-        return
     cs = corpus_scratch_in(ce.cs)
     m = tb + 1
     p_tokens, p_mask = cs[0][:m], cs[1][:m, :m]
@@ -572,7 +573,8 @@ class EngineBackend:
     def match_one_corpora(self, ctx: np.ndarray, key: Hashable, total: int, budget: int,
                           pool: tuple, cp: tuple, cs: tuple, walks: list) -> tuple[tuple, int]:
         """:meth:`match_one` with external corpora, every corpus drawn from (arguments from
-        ``budget`` on as :meth:`match_corpora` takes them)."""
+        ``budget`` on as :meth:`match_corpora` takes them; ``cp[0]``, the budget per corpus,
+        at least 1)."""
         f = ctx.flags
         if not (f.c_contiguous and f.behaved):
             ctx = np.array(ctx)
