@@ -100,6 +100,20 @@ def test_serving_calls_equal_the_reference(case):
     assert _run(case, "numba", serving=True) == _run(case, "reference")
 
 
+def _twin_caches(rng, match_type):
+    """A random two-document corpus and a numba and a reference cache of the same settings."""
+    corpus = [rng.integers(0, 6, 300).tolist(), rng.integers(0, 6, 200).tolist()]
+    kw = dict(max_trie_depth=5, max_bfs_breadth=3, draft_token_num=8, capacity=5000,
+              match_type=match_type, external_sam_budget=4)
+    return corpus, [ns.NgramCache(**kw, backend=b) for b in ("numba", "reference")]
+
+
+def _assert_same(da, db):
+    np.testing.assert_array_equal(da.tokens, db.tokens)
+    np.testing.assert_array_equal(da.mask, db.mask)
+    np.testing.assert_array_equal(da.num_drafts, db.num_drafts)
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("match_type", ["BFS", "PROB"])
 def test_serving_calls_across_growth_and_corpus_changes(match_type, batch):
@@ -107,10 +121,7 @@ def test_serving_calls_across_growth_and_corpus_changes(match_type, batch):
     corpus added and one removed midway: the pooled corpus kernel's drafts, batch 1 and
     packed batches, equal the reference's at every step, and earlier results keep theirs."""
     rng = np.random.default_rng(11)
-    corpus = [rng.integers(0, 6, 300).tolist(), rng.integers(0, 6, 200).tolist()]
-    kw = dict(max_trie_depth=5, max_bfs_breadth=3, draft_token_num=8, capacity=5000,
-              match_type=match_type, external_sam_budget=4)
-    caches = [ns.NgramCache(**kw, backend=b) for b in ("numba", "reference")]
+    corpus, caches = _twin_caches(rng, match_type)
     for c in caches:
         c.add_corpus("x", corpus)
     seqs = {f"r{i}": [i % 6] for i in range(40)}
@@ -129,9 +140,7 @@ def test_serving_calls_across_growth_and_corpus_changes(match_type, batch):
         ctxs = [np.asarray(seqs[rid][-5:], np.int32) for rid in chosen]
         lens = [len(seqs[rid]) for rid in chosen]
         da, db = (c.match(ctxs, request_ids=chosen, total_lens=lens) for c in caches)
-        np.testing.assert_array_equal(da.tokens, db.tokens)
-        np.testing.assert_array_equal(da.mask, db.mask)
-        np.testing.assert_array_equal(da.num_drafts, db.num_drafts)
+        _assert_same(da, db)
         kept.append((da, db.tokens.copy()))
         for c in caches:
             c.insert([seqs[rid][-8:] for rid in chosen])
@@ -144,10 +153,7 @@ def test_continued_walks_on_a_long_stream(match_type):
     """A long request whose window slides by 1-3 tokens per step, beside a second request:
     every stateful draft of the numba backend (continued walks) equals the reference's."""
     rng = np.random.default_rng(7)
-    corpus = [rng.integers(0, 6, 300).tolist(), rng.integers(0, 6, 200).tolist()]
-    kw = dict(max_trie_depth=5, max_bfs_breadth=3, draft_token_num=8, capacity=5000,
-              match_type=match_type, external_sam_budget=4)
-    caches = [ns.NgramCache(**kw, backend=b) for b in ("numba", "reference")]
+    corpus, caches = _twin_caches(rng, match_type)
     for c in caches:
         c.add_corpus("x", corpus)
         c.add_corpus("y", corpus[:1])
@@ -158,8 +164,6 @@ def test_continued_walks_on_a_long_stream(match_type):
         ctxs = [np.asarray(s[-5:], np.int32) for s in seqs]
         lens = [len(s) for s in seqs]
         da, db = (c.match(ctxs, request_ids=["p", "q"], total_lens=lens) for c in caches)
-        np.testing.assert_array_equal(da.tokens, db.tokens)
-        np.testing.assert_array_equal(da.mask, db.mask)
-        np.testing.assert_array_equal(da.num_drafts, db.num_drafts)
+        _assert_same(da, db)
         for c in caches:
             c.insert([s[-8:] for s in seqs])
