@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 
 import ngramspec as ns
-from ngramspec.corpora import tree_paths
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compare_sglang import load_rows  # noqa: E402
@@ -50,55 +49,6 @@ def corpora_for(kind: str, rows, task: str) -> dict[str, list]:
     others = [r["prompt_ids"] + r["output_ids"] for r in rows if r["task"] != task]
     return {"prompts": {"prompts": own}, "others": {"others": others},
             "both": {"prompts": own, "others": others}}[kind]
-
-
-def _argmax(tokens, mask, out, done):
-    n = tokens.size
-    pred = np.zeros(n, np.int64)
-    for i in range(n):
-        pos = done + int(mask[i].sum()) - 1
-        pred[i] = out[pos] if pos < out.size else 0
-    return pred
-
-
-def attribute(rows, cfg, corpora) -> tuple[dict[str, int], list[np.ndarray]]:
-    """Accepted draft tokens by source, concurrency 1, and the tokens emitted per step, step
-    by step through a ``Drafter`` (the cross-check of ``--check``)."""
-    cache = ns.NgramCache(config=cfg)
-    for cid, docs in corpora.items():
-        cache.add_corpus(cid, docs)
-    cache._corpora.record_parts = True
-    drafter = ns.Drafter(cache=cache)
-    counts = {"trie": 0, **{cid: 0 for cid in corpora}}
-    emitted = []
-    for r in rows:
-        out = np.asarray(r["output_ids"], np.int32)
-        steps = []
-        if out.size > 1:
-            drafter.add_request(r["id"], r["prompt_ids"], int(out[0]))
-        done = 1
-        while done < out.size:
-            d = drafter.propose([r["id"]])
-            pred = _argmax(d.tokens[0], d.mask[0], out, done)[None, :]
-            e = min(int(ns.verify_greedy(d, pred).accept_lens[0]), out.size - done)
-            accepted = out[done:done + e - 1].tolist() if e > 1 else []
-            if accepted and cache._corpora.active:
-                parts = [(cid or "trie", tree_paths(t[0], m[0]))
-                         for cid, (t, m) in cache._corpora.last_parts]
-                for i in range(1, len(accepted) + 1):
-                    prefix = tuple(accepted[:i])
-                    # None holds it: an accepted token-0 padding slot, counted for the trie.
-                    counts[next((name for name, paths in parts if prefix in paths),
-                                "trie")] += 1
-            elif accepted:
-                counts["trie"] += len(accepted)
-            steps.append(e)
-            drafter.accept({r["id"]: out[done:done + e]})
-            done += e
-        if out.size > 1:
-            drafter.finish(r["id"])
-        emitted.append(np.asarray(steps, np.int32))
-    return counts, emitted
 
 
 def speed(runs: int) -> dict:
@@ -159,11 +109,18 @@ def main(argv=None) -> int:
     with_corpus = ns.simulate(rows, config=cfg, corpora=corpora)
     seconds = time.perf_counter() - t0
     counts = with_corpus.summary.accepted_by_source
-    if args.check:
-        stepwise, emitted = attribute(rows, cfg, corpora)
+    if args.check:  # the Drafter's step-by-step replay, attributing by the merge's parts
+        from ngramspec.simulate import _replay_stepwise
+
+        found: dict = {}
+        emitted, *_ = _replay_stepwise([np.asarray(r["prompt_ids"], np.int32) for r in rows],
+                                       [np.asarray(r["output_ids"], np.int32) for r in rows],
+                                       cfg, 1, "numba", [r["id"] for r in rows], None, corpora,
+                                       sources=found)
         for a, b in zip(emitted, with_corpus.emitted):
             if not np.array_equal(a, b):
                 raise AssertionError("the Drafter replay diverged from ns.simulate")
+        stepwise = {k: int(v.sum()) for k, v in found.items()}
         if stepwise != counts:
             raise AssertionError(f"attribution: compiled {counts}, Drafter {stepwise}")
     total = sum(counts.values())

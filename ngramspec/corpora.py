@@ -535,13 +535,12 @@ class Corpora:
         """Serving's calls, every corpus drawn from, the drafts in rows of the backend's output
         pool: one request ``one`` (context, id, total length) or a ``packed`` batch (flat
         tokens, offsets, total lengths) with ids ``keys``.  ``(pool, start, stop)``, or None
-        where this backend has no pool (then :meth:`match`)."""
+        where this backend has no pool (then :meth:`match`).  Only while :attr:`active`
+        (checked by the caller): the kernel needs a budget of at least 1 per corpus."""
         if self.record_parts or not hasattr(backend, "match_one_corpora"):
             return None
         if self._kernel_list is None:
             self._prepare_kernel(*self.split())
-        if self._split[0] < 1:  # no budget per corpus: the trie alone (the kernel needs one)
-            return None
         args = (self._split[1], self._kernel_list, self._cp, self._cs, self._walks)
         if one is not None:
             pool, at = backend.match_one_corpora(*one, *args)

@@ -392,6 +392,11 @@ class EngineBackend:
         self._rows[key] = row
         return row
 
+    def _row_of(self, key: Hashable) -> int:
+        """The state row of ``key`` (a new one for an unknown id)."""
+        row = self._rows.get(key)
+        return self._new_row(key) if row is None else row
+
     def _rows_of(self, keys: Sequence[Hashable]) -> np.ndarray:
         """State rows of ``keys`` (new ones for unknown ids); the last batch's rows are reused
         when the same ids come again (nothing erased or reset since: that clears the cache)."""
@@ -511,12 +516,8 @@ class EngineBackend:
         """Profile ``sglang-0.5.23``: the drafts of one request (``ctx`` an int32 array, its
         id, its total length) as ``(pool, row)``: they are row ``row`` of the three arrays
         ``pool`` (tokens, mask, num), which no later call writes."""
-        row = self._rows.get(key)
-        if row is None:
-            row = self._new_row(key)
-        f = ctx.flags
-        if not (f.c_contiguous and f.behaved):
-            ctx = np.array(ctx)
+        row = self._row_of(key)
+        ctx = _plain(ctx)
         eng, at = self._engine_for(1)
         kernel = self._one_entry
         if kernel is None:
@@ -574,35 +575,32 @@ class EngineBackend:
                           pool: tuple, cp: tuple, cs: tuple, walks: list) -> tuple[tuple, int]:
         """:meth:`match_one` with external corpora, every corpus drawn from (arguments from
         ``budget`` on as :meth:`match_corpora` takes them; ``cp[0]``, the budget per corpus,
-        at least 1)."""
-        f = ctx.flags
-        if not (f.c_contiguous and f.behaved):
-            ctx = np.array(ctx)
+        at least 1): the batch kernel on reused one-element arrays."""
+        ctx = _plain(ctx)
         offsets = self._one_offsets
         offsets[1] = ctx.size
         one = self._one_row_len
-        row = self._rows.get(key)
-        one[0, 0] = self._new_row(key) if row is None else row
+        one[0, 0] = self._row_of(key)
         one[1, 0] = total
-        eng, at = self._engine_for(1)
-        ce = self._corpus_engine_for(budget, pool, cp, cs, walks)
-        args = (ctx, offsets, one[0], one[1], eng, ce, at)
-        kernel = self._pooled_corpus_entry
-        if kernel is None:
-            kernel = self._pooled_corpus_entry = entry_point(match_pooled_corpora, *args)
-        kernel(*args)
-        return self._pool, at
+        pool_, at, _ = self._run_pooled_corpora(ctx, offsets, one[0], one[1],
+                                                (budget, pool, cp, cs, walks))
+        return pool_, at
 
     def match_packed_corpora(self, flat: np.ndarray, offsets: np.ndarray, keys: list,
                              total_lens: np.ndarray, budget: int, pool: tuple, cp: tuple,
                              cs: tuple, walks: list) -> tuple[tuple, int, int]:
         """:meth:`match_packed` with external corpora, every corpus drawn from (arguments from
         ``budget`` on as :meth:`match_corpora` takes them)."""
-        rows = self._rows_of(keys)
+        return self._run_pooled_corpora(_plain(flat), offsets, self._rows_of(keys), total_lens,
+                                        (budget, pool, cp, cs, walks))
+
+    def _run_pooled_corpora(self, flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
+                            lens: np.ndarray, corpora: tuple) -> tuple[tuple, int, int]:
+        """:func:`match_pooled_corpora` into the next pool rows (``corpora``: ``(budget, pool,
+        cp, cs, walks)``, after the rows are taken: the walks grow with the match states)."""
         b = offsets.size - 1
         eng, at = self._engine_for(b)
-        ce = self._corpus_engine_for(budget, pool, cp, cs, walks)
-        args = (_plain(flat), offsets, rows, total_lens, eng, ce, at)
+        args = (flat, offsets, rows, lens, eng, self._corpus_engine_for(*corpora), at)
         kernel = self._pooled_corpus_entry
         if kernel is None:
             kernel = self._pooled_corpus_entry = entry_point(match_pooled_corpora, *args)
@@ -633,13 +631,7 @@ class EngineBackend:
         tokens = np.empty((b, n), np.int32)
         mask = np.empty((b, n, n), np.bool_)
         num = np.empty(b, np.int32)
-        if keys is None:
-            rows = np.zeros(b, np.int64)
-            lens = rows
-        else:
-            rows = self._rows_of(keys)
-            lens = _plain(total_lens if type(total_lens) is np.ndarray
-                          and total_lens.dtype is _I64 else np.asarray(total_lens, np.int64))
+        rows, lens = self._rows_and_lens(keys, total_lens, b)
         params = self._corpus_params
         if params[3] != budget:
             params = self._corpus_params = self._params[:3] + (int(budget),) + self._params[4:]
