@@ -24,8 +24,15 @@ Figures are microseconds per call (batch 1) or per call and per request (batch 4
 steps only): for each step the fastest of ``--repeats`` identical replays (the one that load
 from elsewhere slowed least), averaged over the steps.
 
+With ``--kernel-phases`` it splits the backend's kernel time instead, per request at the
+given batch sizes: ``anchors`` (the match state advanced or rebuilt and the anchors listed),
+``tree`` (the BFS or PROB expansion) and ``layout`` (level order and ancestor mask), each
+measured as the time of a kernel that stops after that phase minus the one that stops before
+it, on twin caches in the same state (the phases leave the states as the whole kernel does).
+
     python benchmarks/match_overhead.py                      # BFS and PROB, batch 1 and 48
     python benchmarks/match_overhead.py --batch 1 --repeats 3 --match-type BFS --no-sglang
+    python benchmarks/match_overhead.py --batch 48 --kernel-phases
 """
 
 from __future__ import annotations
@@ -169,15 +176,96 @@ def replay_sglang(steps, cfg, batch):
     return np.asarray(out, np.float64)
 
 
+def _phase_kernel():
+    """A copy of the engine's batch kernel that stops after phase ``stop`` (0: anchors,
+    1: tree, 2: layout), for timing the phases one by one."""
+    import numba
+
+    from ngramspec.engine.match import States, match_anchors
+    from ngramspec.engine.tree import (build_bfs_scheduled, build_prob, fill_result,
+                                       scratch_in)
+    from ngramspec.engine.trie import unpack
+
+    @numba.njit(nogil=True)
+    def kernel(stop, flat, offsets, rows, lens, params, trie, states, bc, buf, o_tok, o_mask):
+        t = unpack(trie)
+        st = States(*states)
+        max_depth, min_b, max_b, budget, prob = params
+        sc = scratch_in(buf, budget, max_depth, max_b)
+        mmd = max(1, max_depth - 1)
+        acc = 0
+        for b in range(offsets.size - 1):
+            ctx = flat[offsets[b]:offsets[b + 1]]
+            count = match_anchors(ctx, lens[b], rows[b], max_depth, t, st, sc.m_scratch,
+                                  sc.a_nodes, sc.a_depths)
+            acc += count
+            if stop == 0:
+                continue
+            if prob:
+                acc += build_prob(count, budget, max_b, t, sc, bc)
+            else:
+                acc += build_bfs_scheduled(count, budget, mmd, mmd, min_b, max_b, t, sc, bc)
+            if stop == 2:
+                fill_result(ctx[ctx.size - 1], budget + 1, sc, o_tok[b], o_mask[b])
+        return acc
+    return kernel
+
+
+def kernel_phases(steps, cfg, batch, repeats):
+    """Per request, the µs of the kernel's phases at full steps of ``batch`` requests: the
+    fastest of ``repeats`` replays per step, averaged over the steps."""
+    from ngramspec import _validate as v
+    from ngramspec.engine.tree import BUCKET_COUNTS
+
+    kernel = _phase_kernel()
+    runs = []
+    for _ in range(repeats + 1):  # the first replay compiles the kernel: not counted
+        caches = [ns.NgramCache(**cfg) for _ in range(3)]
+        times = [[] for _ in caches]
+        for ctxs, rids, lens in steps:
+            packed = v.serving_batch(ctxs, rids, lens) if len(ctxs) > 1 else None
+            for stop, cache in enumerate(caches):
+                if packed is None or len(ctxs) != batch:
+                    cache.match(ctxs, request_ids=rids, total_lens=lens)
+                    continue
+                be = cache._backend
+                flat, offsets, total = packed
+                _, at = be._engine_for(batch)  # the pool rows a match would write
+                o_tok, o_mask = (a[at:at + batch] for a in be._pool[:2])
+                args = (stop, flat, offsets, be._rows_of(rids), total, be._params,
+                        be.trie.packed, be.states, BUCKET_COUNTS, be._buf, o_tok, o_mask)
+                t0 = time.perf_counter_ns()
+                kernel(*args)
+                times[stop].append(time.perf_counter_ns() - t0)
+            for cache in caches:
+                cache.insert(ctxs)
+        runs.append(times)
+    best = np.min(np.asarray(runs[1:], np.float64), axis=0).mean(axis=1) / 1e3 / batch
+    return {"anchors": best[0], "tree": best[1] - best[0], "layout": best[2] - best[1]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 48])
     ap.add_argument("--match-type", nargs="+", default=["BFS", "PROB"])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-sglang", action="store_true", help="leave SGLang's core out")
+    ap.add_argument("--kernel-phases", action="store_true",
+                    help="split the backend's kernel time into its phases instead")
     args = ap.parse_args()
     rows = load_rows()
     ns.NgramCache(**DEFAULTS).warmup()
+    if args.kernel_phases:
+        print("µs per request in the backend's kernel; per step the fastest of "
+              f"{args.repeats} replays, mean over full steps\n")
+        print("| match_type | batch | anchors | tree | layout |\n|---|---|---|---|---|")
+        for mt in args.match_type:
+            cfg = dict(DEFAULTS, match_type=mt, capacity=1_000_000)
+            for batch in [b for b in args.batch if b > 1]:
+                got = kernel_phases(trace(rows, batch), cfg, batch, args.repeats)
+                print(f"| {mt} | {batch} | {got['anchors']:.2f} | {got['tree']:.2f} | "
+                      f"{got['layout']:.2f} |")
+        return
     print(f"ngramspec {ns.__version__} from {Path(ns.__file__).parent}; numpy {np.__version__};"
           f" µs per match call (per request in brackets); per step the fastest of "
           f"{args.repeats} replays, mean over steps\n")
