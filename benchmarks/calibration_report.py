@@ -9,6 +9,11 @@ within 10% of the mean realised one.  ``--plot`` writes the reliability plot of 
 part (needs matplotlib).
 
     python benchmarks/calibration_report.py [--plot docs/img/calibration-reliability.png]
+    python benchmarks/calibration_report.py --fresh     # and the second recording
+
+``--fresh`` adds the second recording shipped with the package
+(``ngramspec.streams.fresh_streams_path()``, recorded after the table was fitted) as a third
+part.
 """
 
 from __future__ import annotations
@@ -18,18 +23,21 @@ import argparse
 import ngramspec as ns
 from ngramspec.acceptance import reliability
 from ngramspec.holdout import split_streams
-from ngramspec.streams import embedded_streams_path, read_streams
+from ngramspec.streams import embedded_streams_path, fresh_streams_path, read_streams
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plot", help="write the hold-out reliability plot here (PNG)")
     ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--fresh", action="store_true",
+                    help="also report the second recording (part 'fresh')")
     args = ap.parse_args()
     records = read_streams(embedded_streams_path())
     held = {}
-    for part in ("tune", "holdout"):
-        rows = split_streams(records, part=part)
+    for part in ("tune", "holdout") + (("fresh",) if args.fresh else ()):
+        rows = (read_streams(fresh_streams_path()) if part == "fresh"
+                else split_streams(records, part=part))
         for calibrated in (False, True):
             cfg = ns.NgramConfig.preset("calibrated", calibrated_estimates=calibrated)
             rel = reliability(rows, config=cfg, concurrency=args.concurrency)

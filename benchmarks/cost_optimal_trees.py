@@ -20,6 +20,9 @@ Cost settings:
 
     python benchmarks/cost_optimal_trees.py [--part holdout] [--concurrency 1,4,16] [--json F]
 
+``--part fresh``: the second recording shipped with the package
+(``ngramspec.streams.fresh_streams_path()``, recorded after everything here was tuned).
+
 ``--thresholds``, ``--costs`` and ``--estimates`` narrow the grid (e.g. a finer sweep of the
 thresholds at concurrency 1 under the flat costs: ``--thresholds 2,2.25,2.5,...,5 --costs
 flat --estimates calibrated --concurrency 1``).
@@ -33,7 +36,7 @@ import json
 import ngramspec as ns
 from ngramspec.costs import CostTable, predict_serving
 from ngramspec.holdout import split_streams
-from ngramspec.streams import embedded_streams_path, read_streams
+from ngramspec.streams import embedded_streams_path, fresh_streams_path, read_streams
 
 THRESHOLDS = (0.0, 1.5, 2.46, 3.0, 4.0, 5.0)
 GROW_BATCH = (1, 2, 4, 8, 16, 32)
@@ -63,7 +66,7 @@ def run(rows, cost, concurrency: int, calibrated: bool, threshold) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", default="holdout", choices=("tune", "holdout"))
+    ap.add_argument("--part", default="holdout", choices=("tune", "holdout", "fresh"))
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--thresholds", help="comma-separated fixed thresholds (default "
@@ -85,7 +88,8 @@ def main() -> None:
         ap.error(f"--estimates must name counts and/or calibrated, got {args.estimates!r}")
     chosen = {n: c for n, c in settings().items() if n in names}
     flags = [e == "calibrated" for e in ("counts", "calibrated") if e in estimates]
-    rows = split_streams(read_streams(embedded_streams_path()), part=args.part)
+    rows = (read_streams(fresh_streams_path()) if args.part == "fresh"
+            else split_streams(read_streams(embedded_streams_path()), part=args.part))
     levels = [int(c) for c in args.concurrency.split(",")]
     results = []
     for name, cost in chosen.items():

@@ -14,7 +14,12 @@ own draft tokens per step* by linear interpolation on that curve, never past its
 measured point (a point beyond it gets no ratio).
 
     python benchmarks/holdout.py                           # recommended() and Arctic, both parts
+    python benchmarks/holdout.py --fresh                   # and the second recording
     python benchmarks/holdout.py --json out.json
+
+``--fresh`` adds a third part, ``"fresh"``: the second recording shipped with the package
+(``ngramspec.streams.fresh_streams_path()``, prompts the first recording does not contain,
+recorded after every setting here was tuned), replayed alone like the others.
 
 The ngramspec figures come from ``ns.simulate`` (the compiled replay; equal, step by step, to a
 ``Drafter`` replay sending only real drafts, as tested); Arctic's from
@@ -34,6 +39,7 @@ import numpy as np
 
 import ngramspec as ns
 from ngramspec.holdout import PARTS, split_streams
+from ngramspec.streams import fresh_streams_path, read_streams
 
 sys.path.insert(0, str(Path(__file__).parent))
 import drafter_replay as dr  # noqa: E402
@@ -44,10 +50,15 @@ ARCTIC_WIDTHS = (1, 2, 3, 5, 7, 9, 11, 15, 23, 32, 48, 64)
 Point = tuple[float, float]  # (draft tokens per step, tokens per verify step)
 
 
-def load_parts(rows: Sequence[dict] | None = None) -> dict[str, list[dict]]:
-    """The shipped streams (or ``rows``) split into ``{"tune": [...], "holdout": [...]}``."""
+def load_parts(rows: Sequence[dict] | None = None, *, fresh: bool = False
+               ) -> dict[str, list[dict]]:
+    """The shipped streams (or ``rows``) split into ``{"tune": [...], "holdout": [...]}``;
+    with ``fresh``, the second recording as a third part ``"fresh"``."""
     rows = dr.load_rows() if rows is None else list(rows)
-    return {p: split_streams(rows, part=p) for p in PARTS}
+    parts = {p: split_streams(rows, part=p) for p in PARTS}
+    if fresh:
+        parts["fresh"] = read_streams(fresh_streams_path())
+    return parts
 
 
 def groups_of(rows: Sequence[dict]) -> list[str]:
@@ -180,12 +191,16 @@ def main() -> None:
     parser.add_argument("--widths", default=",".join(map(str, ARCTIC_WIDTHS)),
                         help="Arctic max_spec_tokens values of its curve (comma-separated)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--fresh", action="store_true",
+                        help="also report the second recording (part 'fresh')")
     args = parser.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
-    parts = load_parts()
+    parts = load_parts(fresh=args.fresh)
     curves = {p: arctic_curve(rows, widths) for p, rows in parts.items()}
     print(f"# Tuning part ({len(parts['tune'])} requests) and hold-out part "
-          f"({len(parts['holdout'])} requests), each replayed alone | concurrency 1\n")
+          f"({len(parts['holdout'])} requests)"
+          + (f", fresh recording ({len(parts['fresh'])} requests)" if args.fresh else "")
+          + ", each replayed alone | concurrency 1\n")
     print("### Arctic's curve: tokens/step @ drafts/step per max_spec_tokens\n")
     print(curve_table(curves, widths) + "\n")
     out: dict[str, Any] = {"arctic_widths": widths, "arctic_curve": curves, "drafters": {}}

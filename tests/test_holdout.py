@@ -44,3 +44,22 @@ def test_split_does_not_depend_on_record_order(records):
 def test_unknown_part_is_refused(records):
     with pytest.raises(ValueError, match="part must be one of"):
         split_streams(records, part="test")
+
+
+def test_the_fresh_recording_is_a_disjoint_second_hold_out(records):
+    from ngramspec.streams import fresh_streams_path
+
+    fresh = read_streams(fresh_streams_path())
+    assert not {r["id"] for r in fresh} & {r["id"] for r in records}
+    assert {r["task"] for r in fresh} == {r["task"] for r in records}
+    shipped_prompts = {r["prompt_text"] for r in records}
+    assert not any(r["prompt_text"] in shipped_prompts for r in fresh)
+    by_id = {r["id"]: r for r in fresh}
+    turns = [r for r in fresh if r["id"].endswith("/turn2")]
+    assert turns
+    for second in turns:  # turn 2 carries turn 1's prompt and answer, as in the shipped file
+        first = by_id[group_key(second["id"])]
+        answer = first["output_ids"][:-1] if first["finish_reason"] == "stop" else \
+            first["output_ids"]
+        head = first["prompt_ids"] + answer
+        assert second["prompt_ids"][:len(head)] == head
