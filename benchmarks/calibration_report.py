@@ -10,6 +10,7 @@ part (needs matplotlib).
 
     python benchmarks/calibration_report.py [--plot docs/img/calibration-reliability.png]
     python benchmarks/calibration_report.py --fresh     # and the second recording
+    python benchmarks/calibration_report.py --fresh --plot-fresh docs/img/calibration-fresh.png
 
 ``--fresh`` adds the second recording shipped with the package
 (``ngramspec.streams.fresh_streams_path()``, recorded after the table was fitted) as a third
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--fresh", action="store_true",
                     help="also report the second recording (part 'fresh')")
+    ap.add_argument("--plot-fresh", help="with --fresh: write its reliability plot here (PNG)")
     args = ap.parse_args()
     records = read_streams(embedded_streams_path())
     held = {}
@@ -42,8 +44,8 @@ def main() -> None:
             cfg = ns.NgramConfig.preset("calibrated", calibrated_estimates=calibrated)
             rel = reliability(rows, config=cfg, concurrency=args.concurrency)
             label = "calibrated" if calibrated else "counts"
-            if part == "holdout":
-                held[label] = rel
+            if part in ("holdout", "fresh"):
+                held[part, label] = rel
             print(f"\n{part}, {label}: {rel.predicted.size} steps, tokens/step "
                   f"{rel.realised.mean():.3f}, worst bin (>= 1% of steps) "
                   f"{100 * rel.worst():.1f}% off")
@@ -55,11 +57,15 @@ def main() -> None:
                 flag = "" if b["share"] >= 0.01 else " (< 1%)"
                 print(f"[{b['lo']:.2f}, {hi}) | {100 * b['share']:.1f}%{flag} | "
                       f"{b['predicted']:.3f} | {b['realised']:.3f} | {b['ratio']:.3f}")
-    if args.plot:
-        held["calibrated"].plot(args.plot, other=held["counts"],
-                                labels=("calibrated_estimates=True", "count ratios"),
-                                title="preset calibrated, hold-out part, per verify step")
-        print(f"\nwrote {args.plot}")
+    plots = [("holdout", args.plot, "hold-out part"),
+             ("fresh", args.plot_fresh if args.fresh else None,
+              "SmolLM2 recording")]
+    for part, path, what in plots:
+        if path:
+            held[part, "calibrated"].plot(path, other=held[part, "counts"],
+                                          labels=("calibrated_estimates=True", "count ratios"),
+                                          title=f"preset calibrated, {what}, per verify step")
+            print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":
