@@ -29,6 +29,13 @@ fold and on average.
 
     python benchmarks/fit_acceptance.py [--calibrated] [--ridge R] [--write] [--save F.npy]
     python benchmarks/fit_acceptance.py --cv 8 --load A.npy,B.npy [--seed S]
+    python benchmarks/fit_acceptance.py --refit-fresh
+
+``--refit-fresh`` asks whether refitting on a new model's traffic helps: the second recording
+(``ngramspec.streams.fresh_streams_path()``) is split by the same rule (``ngramspec.holdout``),
+a table is fitted on its tuning half (round 1 from count-ratio trees, round 2 on round 1's
+trees, the same recipe as the shipped table) and every table's worst bin is printed on both
+halves, the shipped one first.  It writes nothing.
 """
 
 from __future__ import annotations
@@ -232,6 +239,52 @@ def cross_validate(edge_sets: dict, rows: list[dict], repeats: int, ridge: float
     return out
 
 
+def _edges(config: ns.NgramConfig, rows: list[dict]) -> np.ndarray:
+    """The edges of ``collect`` with the reference construction instrumented."""
+    orig = ref_backend.build_adaptive
+
+    def keep_tree(sources, params, source_ids=None):
+        tree, probs, used = _instrumented(sources, params, source_ids)
+        _LAST_TREE[0] = tree
+        return tree, probs, used
+
+    ref_backend.build_adaptive = keep_tree
+    try:
+        return collect(config, rows)
+    finally:
+        ref_backend.build_adaptive = orig
+
+
+def refit_fresh(ridge: float) -> None:
+    """Worst bins on the second recording's halves: the shipped table, then tables refitted
+    on its tuning half (see ``--refit-fresh``)."""
+    import ngramspec.acceptance as acceptance
+    from ngramspec.streams import fresh_streams_path
+
+    rows = read_streams(fresh_streams_path())
+    parts = {p: split_streams(rows, part=p) for p in ("tune", "holdout")}
+    config = ns.NgramConfig.preset("calibrated")
+    shipped = acceptance._TABLE
+
+    def report(label: str) -> None:
+        worst = {p: acceptance.reliability(r, config=config).worst() for p, r in parts.items()}
+        print(f"{label}: worst bin {100 * worst['tune']:.1f}% on the tuning half "
+              f"({len(parts['tune'])} requests), {100 * worst['holdout']:.1f}% on the hold-out "
+              f"half ({len(parts['holdout'])})")
+
+    try:
+        report("shipped table")
+        edges = _edges(ns.NgramConfig.preset("calibrated", calibrated_estimates=False),
+                       parts["tune"])
+        acceptance._TABLE = table_array(fit(edges, ridge))
+        report(f"refit, round 1 ({len(edges)} edges)")
+        edges = _edges(config, parts["tune"])
+        acceptance._TABLE = table_array(fit(edges, ridge))
+        report(f"refit, round 2 ({len(edges)} edges)")
+    finally:
+        acceptance._TABLE = shipped
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calibrated", action="store_true",
@@ -245,7 +298,12 @@ def main() -> None:
                     help="cross-validate the fits of the --load edge sets on R random halvings "
                     "of the tuning part")
     ap.add_argument("--seed", type=int, default=0, help="of the --cv halvings")
+    ap.add_argument("--refit-fresh", action="store_true",
+                    help="refit on half of the second recording and judge on the other half")
     args = ap.parse_args()
+    if args.refit_fresh:
+        refit_fresh(args.ridge)
+        return
     rows = split_streams(read_streams(embedded_streams_path()), part="tune")
     if args.cv:
         if not args.load:
@@ -256,22 +314,8 @@ def main() -> None:
                   f"({' '.join(f'{100 * w:.1f}' for w in worst)})")
         return
     config = ns.NgramConfig.preset("calibrated", calibrated_estimates=args.calibrated)
-    orig = ref_backend.build_adaptive
-
-    def keep_tree(sources, params, source_ids=None):
-        tree, probs, used = _instrumented(sources, params, source_ids)
-        _LAST_TREE[0] = tree
-        return tree, probs, used
-
     t0 = time.perf_counter()
-    if args.load:
-        edges = np.load(args.load)
-    else:
-        ref_backend.build_adaptive = keep_tree
-        try:
-            edges = collect(config, rows)
-        finally:
-            ref_backend.build_adaptive = orig
+    edges = np.load(args.load) if args.load else _edges(config, rows)
     if args.save:
         np.save(args.save, edges)
     coef = fit(edges, args.ridge)
