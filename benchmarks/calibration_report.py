@@ -20,11 +20,14 @@ part.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import ngramspec as ns
 from ngramspec.acceptance import reliability
-from ngramspec.holdout import split_streams
-from ngramspec.streams import embedded_streams_path, fresh_streams_path, read_streams
+
+sys.path.insert(0, str(Path(__file__).parent))
+import holdout as H  # noqa: E402
 
 
 def main() -> None:
@@ -35,11 +38,8 @@ def main() -> None:
                     help="also report the second recording (part 'fresh')")
     ap.add_argument("--plot-fresh", help="with --fresh: write its reliability plot here (PNG)")
     args = ap.parse_args()
-    records = read_streams(embedded_streams_path())
     held = {}
-    for part in ("tune", "holdout") + (("fresh",) if args.fresh else ()):
-        rows = (read_streams(fresh_streams_path()) if part == "fresh"
-                else split_streams(records, part=part))
+    for part, rows in H.load_parts(fresh=args.fresh).items():
         for calibrated in (False, True):
             cfg = ns.NgramConfig.preset("calibrated", calibrated_estimates=calibrated)
             rel = reliability(rows, config=cfg, concurrency=args.concurrency)

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import ngramspec as ns
 from ngramspec.costs import CostTable, predict_serving
-from ngramspec.holdout import split_streams
-from ngramspec.streams import embedded_streams_path, fresh_streams_path, read_streams
+
+sys.path.insert(0, str(Path(__file__).parent))
+import holdout as H  # noqa: E402
 
 THRESHOLDS = (0.0, 1.5, 2.46, 3.0, 4.0, 5.0)
 GROW_BATCH = (1, 2, 4, 8, 16, 32)
@@ -88,8 +91,7 @@ def main() -> None:
         ap.error(f"--estimates must name counts and/or calibrated, got {args.estimates!r}")
     chosen = {n: c for n, c in settings().items() if n in names}
     flags = [e == "calibrated" for e in ("counts", "calibrated") if e in estimates]
-    rows = (read_streams(fresh_streams_path()) if args.part == "fresh"
-            else split_streams(read_streams(embedded_streams_path()), part=args.part))
+    rows = H.load_parts(fresh=args.part == "fresh")[args.part]
     levels = [int(c) for c in args.concurrency.split(",")]
     results = []
     for name, cost in chosen.items():

@@ -223,9 +223,9 @@ def kernel_phases(steps, cfg, batch, repeats):
         caches = [ns.NgramCache(**cfg) for _ in range(3)]
         times = [[] for _ in caches]
         for ctxs, rids, lens in steps:
-            packed = v.serving_batch(ctxs, rids, lens) if len(ctxs) > 1 else None
+            packed = v.serving_batch(ctxs, rids, lens) if len(ctxs) == batch else None
             for stop, cache in enumerate(caches):
-                if packed is None or len(ctxs) != batch:
+                if packed is None:
                     cache.match(ctxs, request_ids=rids, total_lens=lens)
                     continue
                 be = cache._backend

@@ -62,8 +62,7 @@ def embedded_streams_path() -> Path:
     >>> len(rows), sorted(rows[0])[:4]
     (133, ['backend', 'decoding', 'finish_reason', 'id'])
     """
-    with as_file(files("ngramspec") / "data" / EMBEDDED) as p:
-        return Path(p)
+    return _packaged(EMBEDDED)
 
 
 def fresh_streams_path() -> Path:
@@ -83,7 +82,11 @@ def fresh_streams_path() -> Path:
     >>> len(fresh) > 0 and not shipped & {r["id"] for r in fresh}
     True
     """
-    with as_file(files("ngramspec") / "data" / FRESH) as p:
+    return _packaged(FRESH)
+
+
+def _packaged(name: str) -> Path:
+    with as_file(files("ngramspec") / "data" / name) as p:
         return Path(p)
 
 
