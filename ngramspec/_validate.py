@@ -385,17 +385,23 @@ def as_concurrency(value: Any, n_requests: int) -> int:
 
 # Verification inputs -----------------------------------------------------------------------
 
-def as_token_matrix(values: Any, shape: tuple[int, int], name: str) -> np.ndarray:
-    """A (B, n) array of token ids within int32 (the target's predictions)."""
+def as_token_matrix(values: Any, shape: tuple[int, int], name: str, *,
+                    check_range: bool = True) -> np.ndarray:
+    """A (B, n) array of token ids within int32 (the target's predictions; the range is left
+    to the caller with ``check_range=False``)."""
     arr = np.asarray(values)
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape (batch, draft_token_num) = {shape}, got "
                          f"{arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
-    if arr.size and _wide(arr.dtype) and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+    if check_range and arr.size and _wide(arr.dtype) and (arr.min() < INT32_MIN or
+                                                          arr.max() > INT32_MAX):
         raise _int32_range_error(name, arr.min(), arr.max())
     return arr
+
+
+int32_range_error = _int32_range_error
 
 
 def as_logits(values: Any, b: int, n: int) -> np.ndarray:

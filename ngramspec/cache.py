@@ -37,6 +37,10 @@ def _backend_class(name: str):
     return ReferenceBackend
 
 
+# How long an idle insert thread waits for the next queued batch before it exits.
+_WORKER_LINGER_S = 0.5
+
+
 class NgramCache:
     """SGLang's NGRAM drafter: a trie of recent n-grams and per-request match states.
 
@@ -338,6 +342,20 @@ class NgramCache:
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch._trusted(tokens, mask, num_drafts)
 
+    def _match_packed(self, flat: np.ndarray, offsets: np.ndarray, keys: list,
+                      total_lens: np.ndarray) -> DraftBatch:
+        """A :class:`Drafter`'s stateful match of a batch it packed itself (int32 ``flat``,
+        int64 ``offsets`` and ``total_lens``, plain ``str``/``int`` ids): no checks."""
+        b = offsets.size - 1
+        if b > 1 and type(self._backend) is self._pooled_cls and not self._corpora.active:
+            if self._done != self._queued or self._errors:
+                self.synchronize()
+            with self._lock:
+                return DraftBatch._pooled(*self._backend.match_packed(flat, offsets, keys,
+                                                                      total_lens))
+        return self.match([flat[offsets[i]:offsets[i + 1]] for i in range(b)],
+                          request_ids=keys, total_lens=total_lens.tolist())
+
     def _local_backends(self, local: Any, n: int) -> list | None:
         if local is None:
             return None
@@ -485,11 +503,17 @@ class NgramCache:
                 self._worker_running = True
                 threading.Thread(target=self._work, name="ngramspec-insert",
                                  daemon=True).start()
+            else:
+                self._queue_cond.notify_all()
 
     def _work(self) -> None:
-        """The insert thread: drains the queue in order, then exits (restarted on demand)."""
+        """The insert thread: drains the queue in order, waits a little for more (a serving
+        loop queues every step: starting a thread costs more than a step's match), then exits
+        (restarted on demand)."""
         while True:
             with self._queue_cond:
+                if not self._queue:
+                    self._queue_cond.wait(_WORKER_LINGER_S)
                 if not self._queue:
                     self._worker_running = False
                     return
@@ -497,7 +521,10 @@ class NgramCache:
             error = None
             try:
                 with self._lock:
-                    self._insert(batch, counts)
+                    if batch is None:  # packed by a Drafter: (flat, offsets)
+                        self._insert_flat(*counts)
+                    else:
+                        self._insert(batch, counts)
             except BaseException as e:  # kept for the caller, never lost
                 error = e
             with self._queue_cond:
@@ -505,6 +532,32 @@ class NgramCache:
                     self._errors.append(error)
                 self._done += 1  # only now is this batch FINISHED
                 self._queue_cond.notify_all()
+
+    def _insert_packed(self, flat: np.ndarray, offsets: np.ndarray, *, wait: bool) -> None:
+        """A :class:`Drafter`'s insert of non-empty windows it packed itself (int32 ``flat``,
+        int64 ``offsets``, never written again by it): no checks, no copies."""
+        if not wait:
+            with self._queue_cond:
+                self._queue.append((None, (flat, offsets)))
+                self._queued += 1
+                if not self._worker_running:
+                    self._worker_running = True
+                    threading.Thread(target=self._work, name="ngramspec-insert",
+                                     daemon=True).start()
+                else:
+                    self._queue_cond.notify_all()
+            return
+        self.synchronize()
+        with self._lock:
+            self._insert_flat(flat, offsets)
+
+    def _insert_flat(self, flat: np.ndarray, offsets: np.ndarray) -> None:
+        packed = getattr(self._backend, "insert_packed", None)
+        if packed is not None:
+            packed(flat, offsets)
+        else:
+            self._insert([flat[offsets[i]:offsets[i + 1]] for i in range(offsets.size - 1)],
+                         None)
 
     def synchronize(self) -> None:
         """Wait until every insert queued (``wait=False``) before this call has finished.

@@ -538,8 +538,9 @@ def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
     cost : CostTable or CostModel
         Forward times.
     draft_ms : float, optional
-        Drafting time per step; default ``result.draft_ms_per_step`` (the replay's own CPU
-        time, a low estimate); 0 excludes drafting.
+        Drafting time per step; default ``result.step_api_ms_per_step`` (the step API a custom
+        loop runs, timed by :func:`~ngramspec.simulate`), else ``result.draft_ms_per_step``
+        (the compiled replay's own CPU time, a low estimate); 0 excludes drafting.
     sched : Schedule, optional
         ``schedule(result)``, if already computed.
 
@@ -564,7 +565,8 @@ def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
     """
     sched = schedule(result) if sched is None else sched
     if draft_ms is None:
-        draft_ms = float(result.draft_ms_per_step)
+        api = getattr(result, "step_api_ms_per_step", None)
+        draft_ms = float(result.draft_ms_per_step if api is None else api)
     if isinstance(draft_ms, bool) or not isinstance(draft_ms, (int, float)) or \
             not math.isfinite(draft_ms) or draft_ms < 0:
         raise ValueError(f"draft_ms must be a finite number of milliseconds >= 0, got "

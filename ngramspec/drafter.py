@@ -31,7 +31,6 @@ The options beyond SGLang (``index_prompt``, ``exact_counts``, ``local_index``; 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -40,41 +39,74 @@ from . import _validate as v
 from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
 from .drafts import DraftBatch
+from .errors import UnknownRequestError
+from .verify import VerifyResult, verify_greedy
 
 __all__ = ["Drafter"]
 
+_ID_TYPES = frozenset((str, int))
 
-@dataclass
-class _Request:
-    """One request's full token sequence (prompt + output) in a growable int32 buffer."""
 
-    buf: np.ndarray
-    size: int
-    prompt_len: int
-    steps: int = 0
-    emitted: list[int] = field(default_factory=list)
-    local: NgramCache | None = None  # local_index: the request's own trie
+def _steps():
+    from .engine import steps  # compiled on first use: importing ngramspec loads no Numba
 
-    def tokens(self) -> np.ndarray:
-        return self.buf[:self.size]
+    return steps
 
-    def append(self, tokens: np.ndarray) -> None:
-        need = self.size + tokens.size
-        if need > self.buf.size:
-            grown = np.empty(max(need, 2 * self.buf.size), np.int32)
-            grown[:self.size] = self.buf[:self.size]
-            self.buf = grown
-        self.buf[self.size:need] = tokens
-        self.size = need
+
+class _Store:
+    """Every request's token ids (prompt + output) in one row of a 2-D int32 array, with its
+    size, prompt length and the tokens emitted at each step; rows are reused after
+    ``finish``.  Both dimensions grow by doubling."""
+
+    def __init__(self, rows: int = 8, width: int = 256) -> None:
+        self.buf = np.zeros((rows, width), np.int32)
+        self.steps = np.zeros((rows, width), np.int32)
+        self.size = np.zeros(rows, np.int64)
+        self.nsteps = np.zeros(rows, np.int64)
+        self.plen = np.zeros(rows, np.int64)
+        self.free = list(range(rows - 1, -1, -1))
+
+    def take(self, prompt: np.ndarray, first: int) -> int:
+        if not self.free:
+            self._grow(2 * self.size.size, self.buf.shape[1])
+        slot = self.free.pop()
+        self.reserve(prompt.size + 1)
+        self.buf[slot, :prompt.size] = prompt
+        self.buf[slot, prompt.size] = first
+        self.size[slot] = prompt.size + 1
+        self.plen[slot] = prompt.size
+        self.nsteps[slot] = 0
+        return slot
+
+    def reserve(self, width: int) -> None:
+        if width > self.buf.shape[1]:
+            self._grow(self.size.size, max(width, 2 * self.buf.shape[1]))
+
+    def _grow(self, rows: int, width: int) -> None:
+        old_rows, old_width = self.buf.shape
+        for name in ("buf", "steps"):
+            grown = np.zeros((rows, width), np.int32)
+            grown[:old_rows, :old_width] = getattr(self, name)
+            setattr(self, name, grown)
+        for name in ("size", "nsteps", "plen"):
+            grown = np.zeros(rows, np.int64)
+            grown[:old_rows] = getattr(self, name)
+            setattr(self, name, grown)
+        self.free[:0] = range(rows - 1, old_rows - 1, -1)
+
+    def tokens(self, slot: int) -> np.ndarray:
+        return self.buf[slot, :self.size[slot]]
 
 
 class Drafter:
     """SGLang's per-step NGRAM bookkeeping around an :class:`NgramCache`, for your own loop.
 
     One step of a decode loop is ``propose`` (draft trees for some requests), the target's
-    forward over the trees and greedy verification (yours; see :func:`verify_greedy`), then
-    ``accept`` (the tokens each request emitted: accepted drafts + bonus).  Requests enter with
-    ``add_request`` after their prefill and leave with ``finish``.
+    forward over the trees and verification (yours; see :func:`verify_greedy`), then
+    ``accept`` (the :class:`VerifyResult`, or the tokens each request emitted: accepted drafts
+    + bonus).  Requests enter with ``add_request`` after their prefill and leave with
+    ``finish``.  Every call is compiled or batched: no Python runs per request or token
+    beyond a dictionary look-up of each id.
 
     Parameters
     ----------
@@ -89,6 +121,15 @@ class Drafter:
         The step costs, required with ``min_expected_accept="auto"`` (refused otherwise):
         ``propose`` cuts the trees of each batch to the size that maximises the expected
         emitted tokens per unit of step time (:mod:`ngramspec.acceptance`).
+    early_insert : bool, optional
+        Profile ``sglang-0.5.23`` without ``exact_counts``/``local_index``: queue the windows
+        that ``propose`` matched for the cache's insert thread as soon as the match is done,
+        so that they are inserted while your target's forward runs (SGLang's worker inserts
+        in a background thread too).  Every later call on the cache waits for them first, so
+        every draft is exactly as with inserting in ``accept``; the one difference is that a
+        request finished between ``propose`` and ``accept`` still has its window inserted.
+        Default: on when this drafter creates its cache, off with ``cache=`` (a shared trie
+        would see the windows of this step before ``accept``).
 
     Examples
     --------
@@ -99,16 +140,19 @@ class Drafter:
     >>> int(d.num_drafts[0])
     0
     >>> drafter.accept({"a": [1]})        # inserts the window it matched, appends [1]
-    >>> drafter.propose(["a"]).tokens     # ... 4, 1 seen before: draft 2, 3, 4
+    >>> d = drafter.propose(["a"])        # ... 4, 1 seen before: draft 2, 3, 4
+    >>> d.tokens
     array([[1, 2, 3, 4]], dtype=int32)
-    >>> drafter.accept({"a": [2, 3, 4, 9]})
+    >>> r = ns.verify_greedy(d, [[2, 3, 4, 9]])   # the target's argmax at each slot
+    >>> drafter.accept(r)                 # the fast form: the verify result itself
     >>> drafter.sequence("a").tolist()
     [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 9]
     >>> drafter.finish("a")
     """
 
     def __init__(self, *, config: NgramConfig | None = None, cache: NgramCache | None = None,
-                 backend: str = "numba", costs: Any = None) -> None:
+                 backend: str = "numba", costs: Any = None,
+                 early_insert: bool | None = None) -> None:
         if cache is not None:
             if config is not None:
                 raise ValueError("pass either config or cache, not both (a cache carries its "
@@ -125,35 +169,61 @@ class Drafter:
         self._costs = check_costs(cfg, costs)
         # Exact counting (once per occurrence, as tokens arrive) into which trie.
         self._exact = cfg.exact_counts or cfg.local_index
-        self._requests: dict[Hashable, _Request] = {}
-        # Windows matched by propose() and not yet inserted, in batch order.
-        self._pending: dict[Hashable, np.ndarray] = {}
+        # SGLang's windows go to the shared trie (every step, or after appending in 0.5.9).
+        self._windows = not self._exact or (cfg.local_index and not cfg.exact_counts)
+        can_early = cfg.stateful and self._windows and cfg.match_type != "ADAPTIVE"
+        if early_insert is None:
+            early_insert = can_early and cache is None
+        elif v.check_bool(early_insert, "early_insert") and not can_early:
+            raise ValueError("early_insert=True is for profile 'sglang-0.5.23' with SGLang's "
+                             "windows (BFS or PROB, without exact_counts/local_index): only "
+                             "there are the inserted windows known at propose time")
+        self._early = bool(early_insert)
+        # SGLang's stateful BFS/PROB match (the serving path); small arrays reused per step.
+        self._plain = cfg.stateful and cfg.match_type != "ADAPTIVE"
+        self._offsets1: dict[int, np.ndarray] = {}
+        self._rows: dict[int, np.ndarray] = {}
+        self._slot: dict[Hashable, int] = {}  # request id -> store row, in order of arrival
+        self._store = _Store()
+        self._local: list[NgramCache | None] = [None] * self._store.size.size
+        # The last proposal not yet accepted: ids, rows, their rows in the drafts, windows.
+        self._pend_keys: list[Hashable] = []
+        self._pend_slots = np.zeros(0, np.int64)
+        self._pend_rows = np.zeros(0, np.int64)
+        self._pend_drafts: DraftBatch | None = None
+        self._pend_windows: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def config(self) -> NgramConfig:
         return self.cache.config
 
     @property
+    def early_insert(self) -> bool:
+        return self._early
+
+    @property
     def requests(self) -> list[Hashable]:
         """Ids of the requests in flight, in the order they were added."""
-        return list(self._requests)
+        return list(self._slot)
 
     @property
     def pending(self) -> list[Hashable]:
         """Ids proposed and not yet accepted, in batch order."""
-        return list(self._pending)
+        return list(self._pend_keys)
 
     def __repr__(self) -> str:
-        return (f"Drafter(requests={len(self._requests)}, pending={len(self._pending)}, "
+        return (f"Drafter(requests={len(self._slot)}, pending={len(self._pend_keys)}, "
                 f"cache={self.cache!r})")
 
-    def _get(self, rid: Any, name: str) -> tuple[Hashable, _Request]:
+    def _get(self, rid: Any, name: str) -> tuple[Hashable, int]:
+        slot = self._slot.get(rid) if type(rid) in (str, int) else None
+        if slot is not None:
+            return rid, slot
         key = v.as_request_id(rid, name)
-        req = self._requests.get(key)
-        if req is None:
-            raise KeyError(f"{name}: unknown request {rid!r}; add it with add_request() first "
-                           f"(requests in flight: {len(self._requests)})")
-        return key, req
+        slot = self._slot.get(key)
+        if slot is None:
+            raise UnknownRequestError(key, len(self._slot))
+        return key, slot
 
     def add_request(self, rid: Any, prompt_ids: Any, first_token: int) -> None:
         """Start drafting for a request whose prefill produced ``first_token``.
@@ -170,50 +240,63 @@ class Drafter:
             The token the prefill emitted.
         """
         key = v.as_request_id(rid, "rid")
-        if key in self._requests:
+        if key in self._slot:
             raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
                              "new id")
         prompt = v.as_sequence(prompt_ids, "prompt_ids")
-        first = v.as_sequence([first_token], "first_token")
-        buf = np.empty(max(64, 2 * (prompt.size + 1)), np.int32)
-        req = _Request(buf, 0, int(prompt.size))
-        req.append(prompt)
-        req.append(first)
+        first = int(v.as_sequence([first_token], "first_token")[0])
+        store = self._store
+        slot = store.take(prompt, first)
+        if len(self._local) < store.size.size:
+            self._local += [None] * (store.size.size - len(self._local))
         cfg = self.config
         if cfg.local_index:
             # Its own trie counts exactly, whatever the shared one does.
-            req.local = NgramCache(config=cfg.replace(index_prompt=False, exact_counts=True,
-                                                      local_index=False),
-                                   backend=self.cache.backend)
+            self._local[slot] = NgramCache(config=cfg.replace(
+                index_prompt=False, exact_counts=True, local_index=False),
+                backend=self.cache.backend)
+        self._slot[key] = slot
         if self._exact:
-            self._count(req, 0 if cfg.index_prompt else req.prompt_len)
+            self._count([slot], [0 if cfg.index_prompt else prompt.size])
         elif cfg.index_prompt and prompt.size:
             self.cache.insert([prompt])
-        self._requests[key] = req
 
-    def _count(self, req: _Request, start: int, into: NgramCache | None = None) -> None:
-        """Count once every n-gram of the request's sequence that ends at ``start`` or later
-        (up to the trie depth long), into ``into`` (default: its own trie, else the shared
-        one)."""
-        if start >= req.size:
-            return
-        target = into if into is not None else req.local if req.local is not None else self.cache
-        lo = max(0, start - self.config.trie_depth + 1)
-        target.insert([req.tokens()[lo:].copy()], count_from=[start - lo])
+    def _count(self, slots: Sequence[int], starts: Sequence[int],
+               into: NgramCache | None = None) -> None:
+        """Count once every n-gram of each slot's sequence that ends at its ``start`` or later
+        (up to the trie depth long), into ``into`` (default: the request's own trie, else the
+        shared one; the shared trie's batch in one insert, in batch order)."""
+        depth = self.config.trie_depth
+        store = self._store
+        shared_seqs, shared_from = [], []
+        for slot, start in zip(slots, starts):
+            size = int(store.size[slot])
+            if start >= size:
+                continue
+            lo = max(0, start - depth + 1)
+            seq = store.buf[slot, lo:size].copy()
+            target = into if into is not None else self._local[slot]
+            if target is None:
+                shared_seqs.append(seq)
+                shared_from.append(start - lo)
+            else:
+                target.insert([seq], count_from=[start - lo])
+        if shared_seqs:
+            self.cache.insert(shared_seqs, count_from=shared_from)
 
     def total_len(self, rid: Any) -> int:
         """Tokens of the request so far, prompt included.  The KV cache of the target holds
         ``total_len - 1`` of them before a verify pass (the last one is the tree's root)."""
-        return self._get(rid, "rid")[1].size
+        return int(self._store.size[self._get(rid, "rid")[1]])
 
     def sequence(self, rid: Any) -> np.ndarray:
         """A copy of the request's prompt + output tokens."""
-        return self._get(rid, "rid")[1].tokens().copy()
+        return self._store.tokens(self._get(rid, "rid")[1]).copy()
 
     def output(self, rid: Any) -> np.ndarray:
         """A copy of the request's output tokens (first token included)."""
-        req = self._get(rid, "rid")[1]
-        return req.tokens()[req.prompt_len:].copy()
+        slot = self._get(rid, "rid")[1]
+        return self._store.tokens(slot)[self._store.plen[slot]:].copy()
 
     def propose(self, rids: Sequence[Any], *, batch_size: int | None = None) -> DraftBatch:
         """Draft trees for these requests, in this order (one row each).
@@ -229,94 +312,267 @@ class Drafter:
             raise ValueError("batch_size= goes with costs= (min_expected_accept='auto')")
         if isinstance(rids, (str, bytes)) or not isinstance(rids, (Sequence, np.ndarray)):
             raise TypeError(f"rids must be a sequence of request ids, got {type(rids).__name__}")
-        if len(rids) == 0:
+        b = len(rids)
+        if b == 0:
             raise ValueError("rids is empty; propose at least one request")
-        keys, contexts, lens, locals_ = [], [], [], []
+        slots = None
+        if type(rids) is list and set(map(type, rids)) <= _ID_TYPES:
+            get = self._slot.get
+            slots = [get(r) for r in rids]
+            keys = rids.copy()
+        if slots is None or None in slots:  # other id types, or an unknown id: the slow way
+            found = [self._get(r, f"rids[{i}]") for i, r in enumerate(rids)]
+            keys, slots = [k for k, _ in found], [s for _, s in found]
+        if self._pend_keys or len(set(slots)) != b:
+            self._check_not_pending(rids, keys)
         cfg = self.config
-        for i, rid in enumerate(rids):
-            key, req = self._get(rid, f"rids[{i}]")
-            if key in self._pending or key in keys:
-                raise ValueError(f"rids[{i}] = {rid!r} was proposed and not accepted yet; call "
-                                 "accept() for it first")
-            keys.append(key)
-            contexts.append(req.tokens()[-cfg.match_length:])
-            lens.append(req.size)
-            locals_.append(req.local)
+        store = self._store
+        slot_arr = np.array(slots, np.int64)
+        length = cfg.match_length
+        if b == 1 and self._plain:  # one request: its row's tail as it is
+            size = int(store.size[slots[0]])
+            flat = store.buf[slots[0], max(0, size - length):size]
+            drafts = self.cache.match([flat], request_ids=keys, total_lens=[size])
+            offsets = self._offsets1.get(flat.size)
+            if offsets is None:
+                offsets = self._offsets1[flat.size] = np.array([0, flat.size], np.int64)
+            self._pend(keys, slot_arr, drafts, flat.copy(), offsets)
+            return drafts
+        flat = np.empty(b * length, np.int32)
+        offsets = np.empty(b + 1, np.int64)
+        lens = np.empty(b, np.int64)
+        _steps().gather_tails(store.buf, store.size, slot_arr, length, flat, offsets, lens)
         if cfg.match_type == "ADAPTIVE":
-            drafts = self.cache.match(contexts, local=locals_ if cfg.local_index else None,
-                                      costs=self._costs, batch_size=batch_size)
+            ctxs = [flat[offsets[i]:offsets[i + 1]] for i in range(b)]
+            local = [self._local[s] for s in slots] if cfg.local_index else None
+            drafts = self.cache.match(ctxs, local=local, costs=self._costs,
+                                      batch_size=batch_size)
         elif cfg.stateful:
-            drafts = self.cache.match(contexts, request_ids=keys, total_lens=lens)
+            drafts = self.cache._match_packed(flat, offsets, keys, lens)
         else:
-            drafts = self.cache.match(contexts)
-        for key, ctx in zip(keys, contexts):
-            self._pending[key] = ctx.copy()
+            drafts = self.cache.match([flat[offsets[i]:offsets[i + 1]] for i in range(b)])
+        self._pend(keys, slot_arr, drafts, flat, offsets)
         return drafts
 
-    def accept(self, emitted: Mapping[Any, Any]) -> None:
+    def _pend(self, keys: list[Hashable], slots: np.ndarray, drafts: DraftBatch,
+              flat: np.ndarray, offsets: np.ndarray) -> None:
+        """Record the proposal; 0.5.23's windows (the contexts matched, packed in ``flat``,
+        which nothing writes again) go to the insert thread now with ``early_insert``."""
+        windows = None
+        if self._windows and self.config.stateful:
+            if self._early:  # inserted while the caller's forward runs
+                self.cache._insert_packed(flat, offsets, wait=False)
+            else:
+                windows = (flat, offsets)
+        self._pend_keys = keys
+        self._pend_slots = slots
+        rows = self._rows.get(len(keys))
+        if rows is None:
+            rows = self._rows[len(keys)] = np.arange(len(keys), dtype=np.int64)
+        self._pend_rows = rows
+        self._pend_drafts = drafts
+        self._pend_windows = windows
+
+    def _check_not_pending(self, rids: Sequence[Any], keys: list[Hashable]) -> None:
+        seen: set[Hashable] = set()
+        pending = set(self._pend_keys)
+        for i, (rid, key) in enumerate(zip(rids, keys)):
+            if key in pending or key in seen:
+                raise ValueError(f"rids[{i}] = {rid!r} was proposed and not accepted yet; call "
+                                 "accept() for it first")
+            seen.add(key)
+
+    def accept(self, emitted: VerifyResult | Mapping[Any, Any], *,
+               max_tokens: Any = None) -> None:
         """Record what each proposed request emitted; insert the windows SGLang inserts.
 
         Parameters
         ----------
-        emitted : mapping of request id to 1-D int sequence
-            For every pending request (see :attr:`pending`), the tokens the verify step
-            emitted: the accepted drafts followed by the bonus token (at least one token).
-            Cut it yourself where the request stops (EOS, length limit).
+        emitted : VerifyResult, or mapping of request id to 1-D int sequence
+            The verification of the last ``propose``'s drafts (row ``b`` is request
+            ``rids[b]``: the fast form), or, for every pending request (see
+            :attr:`pending`), the tokens the verify step emitted: the accepted drafts
+            followed by the bonus token (at least one token).
+        max_tokens : int or sequence of int, optional
+            Per pending request (batch order) or for all: keep at most this many of its
+            emitted tokens (where it stops: EOS, length limit); each >= 1.
 
-        The windows matched by the last ``propose`` are inserted in batch order, then the
-        tokens are appended; the emitted tokens reach the trie at the next step.
+        Raises
+        ------
+        ValueError
+            If a request's emitted tokens are not a path of its proposed tree (from the root,
+            each token a child of the previous one) followed by one bonus token; nothing is
+            recorded then.
+
+        The windows matched by the last ``propose`` are inserted in batch order (already
+        queued there with ``early_insert``), then the tokens are appended; the emitted tokens
+        reach the trie at the next step.
         """
-        if not isinstance(emitted, Mapping):
-            raise TypeError("emitted must be a mapping {request id: emitted tokens}, got "
-                            f"{type(emitted).__name__}")
-        checked: dict[Hashable, np.ndarray] = {}
+        keys = self._pend_keys
+        if isinstance(emitted, VerifyResult):
+            if self._pend_drafts is None:
+                raise ValueError("accept(): nothing was proposed since the last accept; call "
+                                 "propose() first")
+            if emitted.batch_size != self._pend_drafts.batch_size:
+                raise ValueError(f"accept(): the result has {emitted.batch_size} rows but the "
+                                 f"last propose() drafted {self._pend_drafts.batch_size}; pass "
+                                 "the verification of those drafts")
+            matrix = emitted._matrix()
+            lens = emitted.accept_lens
+            if self._pend_rows.size != matrix.shape[0]:  # some were finished in between
+                matrix, lens = matrix[self._pend_rows], lens[self._pend_rows]
+            lens = lens.astype(np.int64)
+        elif isinstance(emitted, Mapping):
+            matrix, lens = self._from_mapping(emitted)
+            if matrix is None:
+                return
+        else:
+            raise TypeError("emitted must be a VerifyResult or a mapping {request id: emitted "
+                            f"tokens}}, got {type(emitted).__name__}")
+        if max_tokens is not None:
+            cap = v.as_lengths(max_tokens if np.ndim(max_tokens) else [max_tokens] * len(keys),
+                               len(keys), "max_tokens", minimum=1)
+            lens = np.minimum(lens, cap)
+        cfg = self.config
+        store = self._store
+        slots = self._pend_slots
+        before = store.size[slots].tolist() if self._exact else None
+        self._check_and_append(matrix, lens)
+        if self._pend_windows is not None:  # 0.5.23: the windows matched, before appending
+            self.cache._insert_packed(*self._pend_windows, wait=True)
+        if self._exact:
+            self._count(slots.tolist(), before)
+        if self._windows and not cfg.stateful:  # 0.5.9: after appending, every request
+            b = slots.size
+            flat = np.empty(b * cfg.insert_length, np.int32)
+            offsets = np.empty(b + 1, np.int64)
+            _steps().gather_tails(store.buf, store.size, slots, cfg.insert_length, flat,
+                                  offsets, np.empty(b, np.int64))
+            self.cache._insert_packed(flat, offsets, wait=True)
+        self._clear_pending()
+
+    def _from_mapping(self, emitted: Mapping[Any, Any]
+                      ) -> tuple[np.ndarray | None, np.ndarray]:
+        """The mapping form as (rows in batch order, lengths); (None, _) when nothing is
+        pending and nothing given."""
+        row_of = {k: i for i, k in enumerate(self._pend_keys)}
+        arrays: list[np.ndarray | None] = [None] * len(row_of)
         for rid, toks in emitted.items():
             key = v.as_request_id(rid, "emitted key")
-            if key not in self._pending:
+            i = row_of.get(key)
+            if i is None:
+                if key not in self._slot:
+                    raise UnknownRequestError(key, len(self._slot))
                 raise ValueError(f"emitted[{rid!r}]: that request has no pending proposal "
                                  f"(pending: {self.pending})")
             arr = v.as_sequence(toks, f"emitted[{rid!r}]")
             if arr.size == 0:
                 raise ValueError(f"emitted[{rid!r}] is empty; a verify step emits at least the "
                                  "bonus token")
-            checked[key] = arr
-        missing = [k for k in self._pending if k not in checked]
+            arrays[i] = arr
+        missing = [k for k, a in zip(self._pend_keys, arrays) if a is None]
         if missing:
             raise ValueError(f"emitted lacks pending requests {missing}: every request of the "
                              "proposed batch is accepted together (finish() drops one)")
-        cfg = self.config
-        sglang_windows = not self._exact or (cfg.local_index and not cfg.exact_counts)
-        if sglang_windows and cfg.stateful:  # 0.5.23: the windows matched, before appending
-            self.cache.insert(list(self._pending.values()))
-        for key in self._pending:
-            req = self._requests[key]
-            before = req.size
-            req.append(checked[key])
-            req.steps += 1
-            req.emitted.append(int(checked[key].size))
-            if self._exact:
-                self._count(req, before)
-        if sglang_windows and not cfg.stateful:  # 0.5.9: after appending, every request
-            self.cache.insert([self._requests[k].tokens()[-cfg.insert_length:].copy()
-                               for k in self._pending])
-        self._pending.clear()
+        if not arrays:
+            return None, np.zeros(0, np.int64)
+        lens = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        matrix = np.zeros((len(arrays), int(lens.max())), np.int32)
+        for i, a in enumerate(arrays):
+            matrix[i, :a.size] = a
+        return matrix, lens
+
+    def _check_and_append(self, matrix: np.ndarray, lens: np.ndarray) -> None:
+        """Check every row of emitted tokens against its proposed tree, then append them (one
+        compiled call; nothing is written if a row is refused)."""
+        d = self._pend_drafts
+        tokens, mask = d._tokens, d._mask
+        if self._pend_rows.size != tokens.shape[0]:
+            tokens, mask = tokens[self._pend_rows], mask[self._pend_rows]
+        store = self._store
+        where = np.empty(lens.size, np.int64)
+        info = np.zeros(2, np.int64)
+        steps = _steps()
+        while True:
+            steps.accept_rows(tokens, mask, matrix, lens, store.buf, store.size, store.steps,
+                              store.nsteps, self._pend_slots, where, info)
+            if info[0] != steps.NO_ROOM:
+                break
+            store.reserve(int(info[1]))
+        bad = int(info[1])
+        if info[0] == steps.TOO_LONG:
+            n = tokens.shape[1]
+            raise ValueError(f"emitted[{self._pend_keys[bad]!r}] has {int(lens[bad])} tokens, "
+                             f"but a tree of {n} slots emits at most {n} (its longest path + "
+                             "the bonus token)")
+        if info[0] == steps.NOT_A_PATH:
+            k = int(where[bad])
+            raise ValueError(f"emitted[{self._pend_keys[bad]!r}] is not a path of its proposed "
+                             f"tree + a bonus token: token {int(matrix[bad, k])} at position {k} "
+                             f"is no child of the previous one (accepted drafts "
+                             f"{matrix[bad, :k].tolist()}); pass what verification emitted")
+
+    def _clear_pending(self) -> None:
+        self._pend_keys = []
+        self._pend_slots = np.zeros(0, np.int64)
+        self._pend_rows = np.zeros(0, np.int64)
+        self._pend_drafts = None
+        self._pend_windows = None
+
+    def verify_and_accept(self, drafts: DraftBatch, target_predict: Any, *,
+                          max_tokens: Any = None) -> VerifyResult:
+        """:func:`verify_greedy` of the last proposal and :meth:`accept` of its result, in
+        one call; returns the result.
+
+        Examples
+        --------
+        >>> import ngramspec as ns
+        >>> drafter = ns.Drafter(config=ns.NgramConfig(draft_token_num=4, capacity=1000))
+        >>> drafter.add_request(0, [5, 6, 7, 5, 6], first_token=7)
+        >>> d = drafter.propose([0])
+        >>> drafter.verify_and_accept(d, [[5, 6, 7, 8]]).emitted[0].tolist()
+        [5]
+        """
+        if drafts is not self._pend_drafts:
+            raise ValueError("verify_and_accept(): drafts must be the DraftBatch the last "
+                             "propose() returned")
+        result = verify_greedy(drafts, target_predict)
+        self.accept(result, max_tokens=max_tokens)
+        return result
 
     def steps(self, rid: Any) -> list[int]:
         """Tokens emitted at each of the request's accepted steps, in order."""
-        return list(self._get(rid, "rid")[1].emitted)
+        slot = self._get(rid, "rid")[1]
+        return self._store.steps[slot, :self._store.nsteps[slot]].tolist()
 
     def finish(self, rid: Any) -> None:
         """The request is done: forget it, its pending window, and its match state."""
-        key, req = self._get(rid, "rid")
+        key, slot = self._get(rid, "rid")
         cfg = self.config
         if cfg.local_index and cfg.exact_counts:  # the shared trie learns the whole request
-            self._count(req, 0 if cfg.index_prompt else req.prompt_len, into=self.cache)
-        del self._requests[key]
-        self._pending.pop(key, None)
+            self._count([slot], [0 if cfg.index_prompt else int(self._store.plen[slot])],
+                        into=self.cache)
+        del self._slot[key]
+        self._local[slot] = None
+        if key in self._pend_keys:
+            i = self._pend_keys.index(key)
+            keep = [j for j in range(len(self._pend_keys)) if j != i]
+            self._pend_keys = [self._pend_keys[j] for j in keep]
+            self._pend_slots = self._pend_slots[keep]
+            self._pend_rows = self._pend_rows[keep]
+            if self._pend_windows is not None:
+                flat, offsets = self._pend_windows
+                parts = [flat[offsets[j]:offsets[j + 1]] for j in keep]
+                self._pend_windows = (np.concatenate(parts) if parts else flat[:0],
+                                      np.fromiter(np.cumsum([0] + [p.size for p in parts]),
+                                                  np.int64))
+            if not self._pend_keys:
+                self._clear_pending()
+        self._store.free.append(slot)
         if cfg.stateful:
             self.cache.erase([key])
 
     def finish_all(self, rids: Iterable[Any] | None = None) -> None:
         """``finish`` these requests (all in flight if omitted)."""
-        for rid in list(self._requests if rids is None else rids):
+        for rid in list(self._slot if rids is None else rids):
             self.finish(rid)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["IntegrityError", "CacheFileError", "BackgroundInsertError"]
+__all__ = ["IntegrityError", "CacheFileError", "BackgroundInsertError", "UnknownRequestError"]
 
 
 class IntegrityError(AssertionError):
@@ -25,3 +25,19 @@ class BackgroundInsertError(RuntimeError):
     synchronize` or any call that reads or changes the cache); the original exception is its
     ``__cause__``.
     """
+
+
+class UnknownRequestError(KeyError):
+    """A :class:`~ngramspec.Drafter` call named a request that is not in flight (never added,
+    or already finished).  Every call that takes request ids raises it with the same words.
+    ``request_id`` is the id given."""
+
+    def __init__(self, request_id, in_flight: int) -> None:
+        super().__init__(request_id)
+        self.request_id = request_id
+        self.message = (f"unknown request {request_id!r}: not in flight (add it with "
+                        f"add_request(); finished requests are forgotten; {in_flight} in "
+                        "flight)")
+
+    def __str__(self) -> str:
+        return self.message

@@ -170,6 +170,8 @@ class SimulationResult:
     wall_seconds: float
     batch_steps: int
     accepted_by_source: dict[str, np.ndarray] | None = None
+    step_api_seconds: float | None = None
+    step_api_steps: int = 0
     _summary: Summary | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
@@ -212,6 +214,18 @@ class SimulationResult:
     def draft_ms_per_step(self) -> float:
         """Drafting CPU time per serving-loop iteration (one batch's match + insert), ms."""
         return 1e3 * self.draft_seconds / max(self.batch_steps, 1)
+
+    @property
+    def step_api_ms_per_step(self) -> float | None:
+        """What a custom loop pays per serving-loop iteration for drafting, ms: the step API
+        (``Drafter.propose``, ``verify_greedy``, ``Drafter.accept``, with ``add_request`` and
+        ``finish`` spread over the steps) timed on the first ``step_api_steps`` iterations
+        of these streams (``simulate(..., step_api_steps=...)``); None if not timed.  What
+        :func:`~ngramspec.costs.predict_serving` adds to each step by default.  Admission
+        and finishing are timed per request and spread over all the run's iterations."""
+        if self.step_api_seconds is None or not self.step_api_steps:
+            return None
+        return 1e3 * self.step_api_seconds / self.step_api_steps
 
     @property
     def output_tokens_per_second(self) -> float:
@@ -262,6 +276,7 @@ class SimulationResult:
                        batch_steps=self.batch_steps, decoding=self.decoding["kind"],
                        output_tokens=int(self.output_lens.sum()),
                        draft_ms_per_step=self.draft_ms_per_step,
+                       step_api_ms_per_step=self.step_api_ms_per_step,
                        wall_seconds=self.wall_seconds,
                        output_tokens_per_second=self.output_tokens_per_second)
         out: dict[str, Any] = {"config": asdict(self.config), "summary": summary}
@@ -298,7 +313,8 @@ def _check_args(config: Any, concurrency: Any, backend: Any, costs: Any = None
 def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
              concurrency: int = 1, backend: str = "numba",
              progress: ProgressFn | None = None,
-             corpora: Mapping[str, Any] | None = None, costs: Any = None) -> SimulationResult:
+             corpora: Mapping[str, Any] | None = None, costs: Any = None,
+             step_api_steps: int = 128) -> SimulationResult:
     """Replay SGLang's serving loop with n-gram speculation on recorded greedy streams.
 
     Parameters
@@ -329,6 +345,13 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     costs : CostTable or CostModel, optional
         Required with ``min_expected_accept="auto"`` (refused otherwise): the step costs
         the tree sizes are chosen from, at each step's batch size.
+    step_api_steps : int
+        Also time the step API a custom loop runs (:class:`~ngramspec.Drafter` and
+        :func:`~ngramspec.verify_greedy`, as ``docs/custom-loop.md`` teaches them) on the
+        first this many serving-loop iterations
+        (:attr:`SimulationResult.step_api_ms_per_step`, what predictions add to each step);
+        0 skips it.  The compiled replay's own time (``draft_ms_per_step``) leaves out the
+        Python a loop runs around the kernels.
 
     Returns
     -------
@@ -361,6 +384,10 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     ({'trie': 3, 'docs': 2}, 5)
     """
     config = _check_args(config, concurrency, backend, costs)
+    if isinstance(step_api_steps, bool) or not isinstance(step_api_steps, (int, np.integer)) \
+            or step_api_steps < 0:
+        raise ValueError(f"step_api_steps must be an integer >= 0 (0: do not time the step "
+                         f"API), got {step_api_steps!r}")
     rows = read_streams(streams)
     if not rows:
         raise ValueError("streams holds no requests")
@@ -390,13 +417,89 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
             prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs,
             sources=found)
         by_source = found or None
+    api_seconds, api_steps = None, 0
+    if step_api_steps:
+        per_step, per_req, api_steps = _time_step_api(prompts, outputs, config, concurrency,
+                                                      int(step_api_steps), costs, backend)
+        # Admission and finishing, per request, spread over the whole run's iterations.
+        n_run = sum(1 for o in outputs if o.size > 1)
+        api_seconds = api_steps * (per_step + per_req * n_run / max(batch_steps, 1))
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=ids,
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
         prompt_lens=np.asarray([p.size for p in prompts], np.int64),
         output_lens=np.asarray([o.size for o in outputs], np.int64),
         emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
-        batch_steps=batch_steps, accepted_by_source=by_source)
+        batch_steps=batch_steps, accepted_by_source=by_source,
+        step_api_seconds=api_seconds, step_api_steps=api_steps)
+
+
+def _time_step_api(prompts, outputs, config: NgramConfig, concurrency: int, steps: int,
+                   costs: Any, backend: str, warm: bool = True) -> tuple[float, float, int]:
+    """The step API timed on the first ``steps`` serving-loop iterations (admission as in the
+    replay; the recorded argmax, which stands in for the target, untimed): ``(seconds per
+    iteration of propose + verify_greedy + accept, seconds per request of add_request +
+    finish, iterations timed)``.  The drafter's kernels are compiled before the clock
+    starts."""
+    from .drafter import Drafter
+
+    drafter = Drafter(config=config, backend=backend, costs=costs)
+    if backend == "numba" and warm:
+        _warm_step_api(config, costs)
+    n_req = len(prompts)
+    done = [0] * n_req
+    nxt, running, t_step, t_req, taken, admitted = 0, [], 0.0, 0.0, 0, 0
+    clock = time.perf_counter
+    while (nxt < n_req or running) and taken < steps:
+        t0 = clock()
+        while nxt < n_req and len(running) < concurrency:
+            done[nxt] = 1
+            if outputs[nxt].size > 1:
+                drafter.add_request(nxt, prompts[nxt], int(outputs[nxt][0]))
+                running.append(nxt)
+                admitted += 1
+            nxt += 1
+        t1 = clock()
+        t_req += t1 - t0
+        if not running:
+            continue
+        d = drafter.propose(running)
+        t_step += clock() - t1
+        pred = _recorded_argmax(d, running, outputs, [done[r] for r in running])
+        np.maximum(pred, 0, out=pred)  # beyond the recording: any token (the output is cut)
+        left = [outputs[r].size - done[r] for r in running]
+        t0 = clock()
+        result = verify_greedy(d, pred)
+        drafter.accept(result, max_tokens=left)
+        t1 = clock()
+        t_step += t1 - t0
+        lens = np.minimum(result.accept_lens, left).tolist()
+        for r, k in zip(running, lens):
+            done[r] += k
+        ended = [r for r in running if done[r] >= outputs[r].size]
+        for r in ended:
+            drafter.finish(r)
+        t_req += clock() - t1
+        if ended:
+            running = [r for r in running if done[r] < outputs[r].size]
+        taken += 1
+    drafter.finish_all()
+    return t_step / max(taken, 1), t_req / max(admitted, 1), taken
+
+
+_WARMED: set = set()
+
+
+def _warm_step_api(config: NgramConfig, costs: Any) -> None:
+    """Compile (or load) the step API's kernels for this kind of configuration once."""
+    key = (config.replace(capacity=config.trie_depth + 8), costs is not None)
+    if key in _WARMED:
+        return
+    small = [np.array([1, 2, 3, 1, 2], np.int32)] * 2
+    outs = [np.array([3, 1, 2, 4], np.int32)] * 2
+    _time_step_api(small, outs, key[0], 2, 8, costs,
+                   "numba", warm=False)
+    _WARMED.add(key)
 
 
 #: The key of the trie's share in ``accepted_by_source`` (no corpus may have this id).
@@ -654,6 +757,7 @@ class StreamResult:
                        batch_steps=self.batch_steps, decoding=self.decoding["kind"],
                        output_tokens=self.output_tokens,
                        draft_ms_per_step=self.draft_ms_per_step,
+                       step_api_ms_per_step=self.step_api_ms_per_step,
                        wall_seconds=self.wall_seconds,
                        output_tokens_per_second=self.output_tokens_per_second)
         out: dict[str, Any] = {"config": asdict(self.config), "summary": summary}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
+from typing import Sequence
 
 import numpy as np
 
@@ -12,9 +13,8 @@ from .drafts import DraftBatch
 __all__ = ["VerifyResult", "verify_greedy", "verify_greedy_logits"]
 
 
-@dataclass(frozen=True)
 class VerifyResult:
-    """Outcome of greedy verification of a :class:`DraftBatch`.
+    """Outcome of tree verification of a :class:`DraftBatch`.
 
     Attributes
     ----------
@@ -24,12 +24,47 @@ class VerifyResult:
     accept_lens : np.ndarray
         (B,) int32: accepted drafts + 1 bonus token (SGLang's accept length).
     emitted : list of np.ndarray
-        Per request, int32: the accepted draft tokens followed by the bonus token.
+        Per request, int32: the accepted draft tokens followed by the bonus token (made when
+        first read; :meth:`Drafter.accept` takes the result itself, which skips them).
     """
 
-    accept_index: np.ndarray
-    accept_lens: np.ndarray
-    emitted: list[np.ndarray]
+    def __init__(self, accept_index: np.ndarray, accept_lens: np.ndarray,
+                 emitted: Sequence[np.ndarray]) -> None:
+        self.accept_index = accept_index
+        self.accept_lens = accept_lens
+        self.__dict__["emitted"] = list(emitted)
+        self._tokens: np.ndarray | None = None
+
+    @classmethod
+    def _compiled(cls, accept_index: np.ndarray, accept_lens: np.ndarray,
+                  tokens: np.ndarray) -> "VerifyResult":
+        """From the kernel's arrays: ``tokens[b, :accept_lens[b]]`` are request b's emitted
+        tokens."""
+        self = cls.__new__(cls)
+        self.accept_index, self.accept_lens, self._tokens = accept_index, accept_lens, tokens
+        return self
+
+    @cached_property
+    def emitted(self) -> list[np.ndarray]:
+        return [self._tokens[b, :k] for b, k in enumerate(self.accept_lens.tolist())]
+
+    def _matrix(self) -> np.ndarray:
+        """(B, >= max accept length) int32: each request's emitted tokens, left-aligned."""
+        if self._tokens is None:
+            em = self.emitted
+            out = np.zeros((len(em), max((e.size for e in em), default=1)), np.int32)
+            for b, e in enumerate(em):
+                out[b, :e.size] = e
+            self._tokens = out
+        return self._tokens
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.accept_lens.size)
+
+    def __repr__(self) -> str:
+        return (f"VerifyResult(accept_lens={self.accept_lens.tolist()}, "
+                f"emitted={[e.tolist() for e in self.emitted]})")
 
 
 def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
@@ -40,6 +75,8 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     scanned in slot order and the first whose token equals the current slot's prediction is
     accepted; the bonus is the prediction at the last accepted slot.  Padding slots are token 0
     children of the root and are accepted like real drafts (SGLang's quirk, spec section 5.3).
+    ``target_predict`` may be a NumPy array or a CPU torch tensor (read without a copy).
+    Compiled; :func:`ngramspec.reference.verify.verify_greedy` is the readable definition.
 
     Examples
     --------
@@ -52,33 +89,19 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     ([[0, 2, 3, -1]], [3], [[3, 7, 11]])
     """
     _check_drafts(drafts)
-    b, n = drafts.tokens.shape
-    pred = v.as_token_matrix(target_predict, (b, n), "target_predict")
-    tokens = drafts.tokens
-    next_token = drafts.retrieve_next_token
-    next_sibling = drafts.retrieve_next_sibling
-    accept_index = np.full((b, n), -1, dtype=np.int32)
-    accept_lens = np.zeros(b, dtype=np.int32)
-    emitted = []
-    for r in range(b):
-        accept_index[r, 0] = 0
-        last, k, out = 0, 0, []
-        for _ in range(1, n):
-            cur = next_token[r, last]
-            while cur != -1:
-                if tokens[r, cur] == pred[r, last]:
-                    k += 1
-                    accept_index[r, k] = cur
-                    out.append(int(tokens[r, cur]))
-                    last = cur
-                    break
-                cur = next_sibling[r, cur]
-            if cur == -1:
-                break
-        out.append(int(pred[r, last]))
-        accept_lens[r] = k + 1
-        emitted.append(np.asarray(out, dtype=np.int32))
-    return VerifyResult(accept_index, accept_lens, emitted)
+    tokens, mask = drafts._tokens, drafts._mask
+    b, n = tokens.shape
+    pred = np.asarray(target_predict)
+    if pred.dtype != np.int64 or not pred.flags.c_contiguous or pred.shape != (b, n):
+        pred = v.as_token_matrix(pred, (b, n), "target_predict", check_range=False)
+        pred = np.ascontiguousarray(pred, dtype=np.int64)
+    accept_index = np.empty((b, n), np.int32)
+    accept_lens = np.empty(b, np.int32)
+    out = np.empty((b, n), np.int32)
+    bad = _steps().greedy_walk(tokens, mask, pred, accept_index, accept_lens, out)
+    if bad >= 0:  # (the range is checked in the walk: one pass less)
+        raise v.int32_range_error("target_predict", pred.min(), pred.max())
+    return VerifyResult._compiled(accept_index, accept_lens, out)
 
 
 def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
@@ -86,9 +109,9 @@ def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
 
     ``logits`` has shape (B, n, V) (or SGLang's flat (B * n, V)); row ``[b, i]`` is the
     target's output at slot ``i``.  The argmax takes the first of equal maxima (as
-    ``numpy.argmax`` and ``torch.argmax`` do).  Anything NumPy can read works, including CPU
-    torch tensors; move GPU tensors to the host, or take the argmax there and call
-    :func:`verify_greedy`.
+    ``numpy.argmax`` and ``torch.argmax`` do).  Anything NumPy can read works; a torch tensor
+    (any device or dtype, ``bfloat16`` included) takes its argmax where it is, and only the
+    (B, n) argmax is copied to the host.
 
     Examples
     --------
@@ -101,8 +124,28 @@ def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
     [3, 5]
     """
     _check_drafts(drafts)
-    b, n = drafts.tokens.shape
+    b, n = drafts._tokens.shape
+    if _is_torch(logits):  # the argmax where the logits are (any device, bfloat16 too)
+        shape = tuple(logits.shape)
+        if len(shape) == 2 and shape[0] == b * n:
+            logits = logits.reshape(b, n, shape[1])
+        elif len(shape) != 3 or shape[:2] != (b, n) or shape[2] == 0:
+            raise ValueError(f"logits must have shape (batch, draft_token_num, vocab) = ({b}, "
+                             f"{n}, V) or ({b * n}, V) with V > 0, got {shape}")
+        return verify_greedy(drafts, logits.argmax(dim=-1).cpu().numpy())
     return verify_greedy(drafts, v.as_logits(logits, b, n).argmax(axis=-1))
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "argmax") and \
+        hasattr(x, "cpu")
+
+
+def _steps():
+    """The compiled step kernels (imported on first use: importing ngramspec loads no Numba)."""
+    from .engine import steps
+
+    return steps
 
 
 def _check_drafts(drafts) -> None:

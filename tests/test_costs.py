@@ -231,8 +231,9 @@ def test_flat_table_gives_the_seed_figure_at_concurrency_1(corpus, tmp_path):
     r = ns.simulate(corpus, config=ns.NgramConfig())
     pred = predict_serving(r, CostTable.read(p))
     legacy = ns.CostModel(decode_ms=12.2, verify_ms=30).predict(
-        r.tokens_per_step, draft_ms=r.draft_ms_per_step)
+        r.tokens_per_step, draft_ms=r.step_api_ms_per_step)  # the step API's time per step
     assert pred.speed_up == pytest.approx(legacy.speedup, rel=1e-12)
+    assert pred.draft_ms == r.step_api_ms_per_step > r.draft_ms_per_step
     assert f"{pred.speed_up:.2f}" == "0.70"
     assert pred.steps == r.summary.verify_steps and pred.tokens == r.summary.emitted_tokens
     code, text = run(["simulate", "--cost-table", str(p), "--no-progress"])

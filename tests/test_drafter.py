@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
+from ngramspec.errors import UnknownRequestError
 from helpers import brute_force_links, build, recorded_streams, scenarios
 
 
@@ -94,7 +95,7 @@ def replay_with_drafter(cfg: ns.NgramConfig, rows: list[dict], concurrency: int,
             if len(drafter.output(rid)) == len(by_id[rid]["output_ids"]):
                 assert_array_equal(drafter.output(rid), by_id[rid]["output_ids"])
                 assert drafter.steps(rid) == steps[rid]
-                own = drafter._requests[rid].local
+                own = drafter._local[drafter._slot[rid]]
                 if check and own is not None:
                     own.check_integrity()
                 drafter.finish(rid)
@@ -135,18 +136,19 @@ def test_drafter_windows_and_lengths():
     drafter.add_request(7, [10, 11, 12, 13], first_token=14)
     assert drafter.total_len(7) == 5
     drafter.propose([7])
-    drafter.accept({7: [15, 16]})
+    drafter.accept({7: [15]})  # no drafts: the bonus token alone
     twin = ns.NgramCache(config=cfg, backend="reference")
     twin.insert([[12, 13, 14]])
     probe = [[12], [13], [14], [15], [12, 13]]
     assert_array_equal(drafter.cache.match(probe).tokens, twin.match(probe).tokens)
-    assert drafter.sequence(7).tolist() == [10, 11, 12, 13, 14, 15, 16]
-    assert drafter.output(7).tolist() == [14, 15, 16]
-    assert drafter.total_len(7) == 7
+    assert drafter.sequence(7).tolist() == [10, 11, 12, 13, 14, 15]
+    assert drafter.output(7).tolist() == [14, 15]
+    assert drafter.total_len(7) == 6
 
 
 def test_drafter_errors_leave_state_unchanged():
-    drafter = ns.Drafter(config=ns.NgramConfig(capacity=1000))
+    # Inserting at accept (not early): the trie holds nothing until a proposal is accepted.
+    drafter = ns.Drafter(config=ns.NgramConfig(capacity=1000), early_insert=False)
     drafter.add_request("a", [1, 2, 3], 4)
     drafter.add_request("b", [], 5)
     with pytest.raises(ValueError, match="already in flight"):
@@ -169,7 +171,7 @@ def test_drafter_errors_leave_state_unchanged():
         drafter.propose(["a"])
     with pytest.raises(ValueError, match="lacks pending"):
         drafter.accept({"a": [1]})
-    with pytest.raises(ValueError, match="no pending proposal"):
+    with pytest.raises(UnknownRequestError, match="unknown request 'c'"):
         drafter.accept({"a": [1], "b": [2], "c": [3]})
     with pytest.raises(ValueError, match="empty"):
         drafter.accept({"a": [1], "b": []})
@@ -184,6 +186,108 @@ def test_drafter_errors_leave_state_unchanged():
         drafter.finish("b")
     with pytest.raises(ValueError, match="not both"):
         ns.Drafter(config=ns.NgramConfig(), cache=drafter.cache)
+
+
+def test_unknown_requests_get_one_error_everywhere():
+    """propose, accept, finish and the getters: the same exception type and words."""
+    drafter = ns.Drafter(config=ns.NgramConfig(capacity=1000))
+    drafter.add_request("a", [1, 2, 3], 4)
+    drafter.propose(["a"])
+    messages = []
+    for call in (lambda: drafter.propose(["zz"]), lambda: drafter.accept({"zz": [1]}),
+                 lambda: drafter.finish("zz"), lambda: drafter.sequence("zz"),
+                 lambda: drafter.steps("zz")):
+        with pytest.raises(UnknownRequestError) as info:
+            call()
+        assert isinstance(info.value, KeyError)
+        messages.append(str(info.value))
+    assert len(set(messages)) == 1 and messages[0].startswith("unknown request 'zz'")
+    assert drafter.pending == ["a"]
+
+
+def test_accept_takes_only_a_path_of_the_tree_plus_a_bonus():
+    drafter = ns.Drafter(config=ns.NgramConfig(draft_token_num=4, capacity=1000))
+    drafter.add_request("a", [5, 1, 2, 3, 7, 1], 2)
+    drafter.propose(["a"])
+    drafter.accept({"a": [8]})  # inserts 5 1 2 3 7 1 2 (the matched window)
+    d = drafter.propose(["a"])  # context ... 1 2 8: nothing; the root 8
+    assert int(d.num_drafts[0]) == 0
+    for bad in ([8, 1], [0, 0, 0], list(range(50))):
+        with pytest.raises(ValueError, match="not a path|emits at most"):
+            drafter.accept({"a": bad})
+        assert drafter.pending == ["a"]
+    drafter.accept({"a": [0, 5]})  # the token-0 padding child, then a bonus: a path
+    drafter.add_request("b", [4, 1, 2], 3)
+    d = drafter.propose(["b"])  # 1 2 -> 3 7 1 / 8 0 ...: a real tree
+    assert int(d.num_drafts[0]) > 0
+    path = [int(t) for t in d.tokens[0, 1:d.num_drafts[0] + 1]]
+    with pytest.raises(ValueError, match="position 1"):
+        drafter.accept({"b": [path[0], 12345, 1]})
+    r = ns.verify_greedy(d, np.full((1, d.draft_token_num), 12345))
+    drafter.accept(r)  # no draft accepted: the bonus 12345 alone
+    assert drafter.output("b").tolist() == [3, 12345]
+
+
+def test_accept_of_a_result_with_max_tokens_and_a_finished_request():
+    cfg = ns.NgramConfig(draft_token_num=6, capacity=1000)
+    drafter = ns.Drafter(config=cfg)
+    for rid in "abc":
+        drafter.add_request(rid, [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2], 3)
+    drafter.propose(list("abc"))
+    drafter.accept({r: [4] for r in "abc"})
+    d = drafter.propose(list("abc"))  # ... 3 4: drafts 5 1 2 ...
+    r = ns.verify_greedy(d, _chain_argmax(d))
+    drafter.finish("b")
+    drafter.accept(r, max_tokens=[2, 3])  # rows a and c of the result
+    assert drafter.output("a").tolist() == [3, 4] + r.emitted[0][:2].tolist()
+    assert drafter.output("c").tolist() == [3, 4] + r.emitted[2][:3].tolist()
+    assert drafter.steps("c") == [1, 3]
+    with pytest.raises(ValueError, match="nothing was proposed"):
+        drafter.accept(r)
+
+
+def _chain_argmax(d):
+    """The argmax after every slot: its token's successor in the cycle 1 2 3 4 5."""
+    return (d.tokens % 5) + 1
+
+
+def test_early_insert_drafts_as_inserting_at_accept():
+    """Queuing the matched windows at propose (the default) drafts exactly as inserting them
+    in accept, on the shipped streams at concurrency 4."""
+    rows = ns.read_streams(ns.streams.embedded_streams_path())[:12]
+    logs = []
+    for early in (True, False):
+        drafter = ns.Drafter(config=ns.NgramConfig(capacity=100_000), early_insert=early)
+        assert drafter.early_insert is early
+        outs = {r["id"]: np.asarray(r["output_ids"], np.int32) for r in rows}
+        queue, running, log = list(rows), [], []
+        while queue or running:
+            while queue and len(running) < 4:
+                r = queue.pop(0)
+                drafter.add_request(r["id"], r["prompt_ids"], r["output_ids"][0])
+                running.append(r["id"])
+            d = drafter.propose(running)
+            log.append(d.tokens.copy())
+            done = [len(drafter.output(rid)) for rid in running]
+            pred = recorded_argmax_batch(d, [outs[rid].tolist() for rid in running], done)
+            left = [outs[rid].size - k for rid, k in zip(running, done)]
+            drafter.accept(ns.verify_greedy(d, pred), max_tokens=left)
+            for rid in list(running):
+                if len(drafter.output(rid)) == outs[rid].size:
+                    assert_array_equal(drafter.output(rid), outs[rid])
+                    drafter.finish(rid)
+                    running.remove(rid)
+        logs.append(log)
+    assert len(logs[0]) == len(logs[1])
+    for a, b in zip(*logs):
+        assert_array_equal(a, b)
+
+
+def recorded_argmax_batch(d, outs, done):
+    pred = np.zeros(d.tokens.shape, np.int64)
+    for b in range(d.batch_size):
+        pred[b] = recorded_argmax(d, b, outs[b], done[b])
+    return np.where(pred < 0, 0, pred)  # -1 where the recording ended: any token
 
 
 def test_drafter_shares_a_cache():

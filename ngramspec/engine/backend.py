@@ -431,6 +431,16 @@ class EngineBackend:
     def insert(self, sequences: Sequence[np.ndarray], starts_from: int | None = None) -> None:
         self._insert(sequences, self.insert_skip if starts_from is None else starts_from, None)
 
+    def insert_packed(self, flat: np.ndarray, offsets: np.ndarray) -> None:
+        """:meth:`insert` of non-empty sequences already packed (int32 ``flat``, int64
+        ``offsets``)."""
+        pos = np.zeros(2, np.int64)
+        counts = np.zeros(offsets.size - 1, np.int64)
+        t = self.trie
+        while not insert_kernel(flat, offsets, self.insert_skip, counts, self.config.trie_depth,
+                                self.config.capacity, t.bundle, self._path, pos):
+            t.grow()
+
     def insert_counted(self, sequences: Sequence[np.ndarray], count_from: Sequence[int]) -> None:
         """Exact counting: every suffix inserted, only positions ``>= count_from`` counted."""
         self._insert(sequences, self.insert_skip, count_from)
