@@ -1,0 +1,163 @@
+"""The step API's compiled paths against their readable definitions.
+
+- ``verify_greedy`` (compiled walk) equals ``reference.verify.verify_greedy`` on real draft
+  trees of every match type and on random predictions that follow them for a while;
+- ``Drafter.accept`` takes exactly what verification can emit (greedy or sampled) and refuses
+  what no path of the tree + bonus gives;
+- CPU torch tensors are read where NumPy arrays are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+import ngramspec as ns
+from ngramspec.reference.verify import verify_greedy as verify_reference
+
+ROWS = ns.read_streams(ns.streams.embedded_streams_path())[:6]
+
+
+def _trees(match_type: str, seed: int) -> list[ns.DraftBatch]:
+    """Draft batches of a cache fed with the shipped streams, at random points of them."""
+    cfg = ns.NgramConfig(match_type=match_type, draft_token_num=10, capacity=200_000)
+    cache = ns.NgramCache(config=cfg)
+    seqs = [np.asarray(r["prompt_ids"] + r["output_ids"], np.int32) for r in ROWS]
+    cache.insert(seqs)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(20):
+        ctxs = []
+        for _ in range(int(rng.integers(1, 6))):
+            s = seqs[rng.integers(len(seqs))]
+            end = int(rng.integers(2, s.size))
+            ctxs.append(s[max(0, end - 18):end])
+        out.append(cache.match(ctxs))
+    return out
+
+
+def _predictions(d: ns.DraftBatch, rng: np.random.Generator) -> np.ndarray:
+    """The argmax after each slot: mostly a child's token (so that paths get accepted), else
+    a random token."""
+    b, n = d.tokens.shape
+    pred = rng.integers(0, 50, size=(b, n))
+    kids = d.retrieve_next_token
+    for r in range(b):
+        for i in range(n):
+            c = kids[r, i]
+            if c >= 0 and rng.random() < 0.8:
+                # some child of slot i, walking a random number of siblings
+                for _ in range(int(rng.integers(0, 3))):
+                    nxt = d.retrieve_next_sibling[r, c]
+                    c = nxt if nxt >= 0 else c
+                pred[r, i] = d.tokens[r, c]
+    return pred
+
+
+@pytest.mark.parametrize("match_type", ["BFS", "PROB", "ADAPTIVE"])
+def test_compiled_greedy_walk_equals_the_reference(match_type):
+    rng = np.random.default_rng(1)
+    compared = accepted = 0
+    for d in _trees(match_type, seed=2):
+        for _ in range(5):
+            pred = _predictions(d, rng)
+            r = ns.verify_greedy(d, pred)
+            idx, lens, emitted = verify_reference(d.tokens, d.retrieve_next_token,
+                                                  d.retrieve_next_sibling, pred)
+            assert_array_equal(r.accept_index, idx)
+            assert_array_equal(r.accept_lens, lens)
+            assert len(r.emitted) == len(emitted)
+            for a, b in zip(r.emitted, emitted):
+                assert_array_equal(a, b)
+            compared += 1
+            accepted += int((lens > 1).sum())
+    assert compared == 100 and accepted > 50  # the walks did go down the trees
+
+
+def test_prediction_range_and_shape_errors():
+    d = _trees("BFS", seed=3)[0]
+    b, n = d.tokens.shape
+    with pytest.raises(ValueError, match="int32"):
+        ns.verify_greedy(d, np.full((b, n), 2**40))
+    with pytest.raises(ValueError, match="shape"):
+        ns.verify_greedy(d, np.zeros((b, n + 1), np.int64))
+    with pytest.raises(TypeError, match="integer"):
+        ns.verify_greedy(d, np.zeros((b, n)))
+
+
+@pytest.mark.parametrize("how", ["greedy", "sampling"])
+def test_accept_takes_whatever_verification_emits(how):
+    """Every emitted row of greedy or sampling verification is accepted (a path + bonus), and
+    changing one of its draft tokens to a token no sibling carries is refused."""
+    rng = np.random.default_rng(5)
+    cfg = ns.NgramConfig(draft_token_num=8, capacity=100_000)
+    phrases = [rng.integers(1, 64, size=6) for _ in range(4)]  # repetitive: trees branch
+    prompts = [np.concatenate([phrases[i] for i in rng.integers(0, 4, size=30)])
+               for _ in range(6)]
+    for early in (True, False):
+        drafter = ns.Drafter(config=cfg, early_insert=early)
+        for i, p in enumerate(prompts):
+            drafter.add_request(i, p, int(p[0]))
+        ids = list(range(len(prompts)))
+        refused = 0
+        for _ in range(40):
+            d = drafter.propose(ids)
+            if how == "greedy":
+                res = ns.verify_greedy(d, _predictions(d, rng))
+            else:
+                probs = rng.dirichlet(np.full(64, 0.05), size=(len(ids), d.draft_token_num))
+                res = ns.verify_sampling(d, probs, rng=rng)
+            bad = [e.copy() for e in res.emitted]
+            k = next((i for i, e in enumerate(bad) if e.size > 1), None)
+            if k is not None:
+                bad[k][0] = 10**6  # no draft carries it
+                with pytest.raises(ValueError, match="not a path"):
+                    drafter.accept({rid: e for rid, e in zip(ids, bad)})
+                refused += 1
+            drafter.accept(res)
+        assert refused > 0
+        drafter.finish_all()
+
+
+def test_verify_and_accept_is_verify_then_accept():
+    cfg = ns.NgramConfig(draft_token_num=6, capacity=10_000)
+    one, two = ns.Drafter(config=cfg), ns.Drafter(config=cfg)
+    rng = np.random.default_rng(7)
+    for dr in (one, two):
+        for r in ROWS[:3]:
+            dr.add_request(r["id"], r["prompt_ids"], r["output_ids"][0])
+    ids = [r["id"] for r in ROWS[:3]]
+    for _ in range(30):
+        d1, d2 = one.propose(ids), two.propose(ids)
+        assert_array_equal(d1.tokens, d2.tokens)
+        pred = _predictions(d1, rng)
+        r1 = one.verify_and_accept(d1, pred, max_tokens=3)
+        r2 = ns.verify_greedy(d2, pred)
+        two.accept(r2, max_tokens=3)
+        assert_array_equal(r1.accept_lens, r2.accept_lens)
+    for rid in ids:
+        assert_array_equal(one.sequence(rid), two.sequence(rid))
+        assert max(one.steps(rid)) <= 3
+    with pytest.raises(ValueError, match="DraftBatch the last"):
+        one.verify_and_accept(d1, pred)
+
+
+def test_torch_cpu_tensors_are_read_like_arrays():
+    torch = pytest.importorskip("torch")
+    d = _trees("BFS", seed=9)[1]
+    rng = np.random.default_rng(9)
+    pred = _predictions(d, rng)
+    want = ns.verify_greedy(d, pred)
+    got = ns.verify_greedy(d, torch.from_numpy(pred))
+    assert_array_equal(got.accept_index, want.accept_index)
+    b, n = d.tokens.shape
+    v = int(pred.max()) + 1
+    logits = torch.zeros((b, n, v), dtype=torch.bfloat16)
+    logits.scatter_(2, torch.from_numpy(pred)[..., None], 1.0)
+    got = ns.verify_greedy_logits(d, logits)
+    assert_array_equal(got.accept_index, want.accept_index)
+    got = ns.verify_greedy_logits(d, logits.reshape(b * n, v))
+    assert_array_equal(got.accept_lens, want.accept_lens)
+    with pytest.raises(ValueError, match="logits must have shape"):
+        ns.verify_greedy_logits(d, logits[:, :2])
