@@ -9,7 +9,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Hashable
 
 import numpy as np
 
@@ -341,6 +341,25 @@ class NgramCache:
             else:
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch._trusted(tokens, mask, num_drafts)
+
+    def _insert_counted(self, seqs: list[np.ndarray], count_from: list[int]) -> None:
+        """A :class:`Drafter`'s exact-counting insert of non-empty int32 sequences it cut
+        from its own rows (``0 <= count_from[i] < len(seqs[i])``): no checks."""
+        if self._done != self._queued or self._errors:
+            self.synchronize()
+        with self._lock:
+            self._insert(seqs, count_from)
+
+    def _match_one(self, ctx: np.ndarray, key: Hashable, total: int) -> DraftBatch:
+        """A :class:`Drafter`'s stateful match of one request (a non-empty int32 tail of its
+        row, a plain id, ``total >= ctx.size``): no checks."""
+        if type(self._backend) is self._pooled_cls and not self._corpora.active:
+            if self._done != self._queued or self._errors:
+                self.synchronize()
+            with self._lock:
+                pool, at = self._backend.match_one(ctx, key, total)
+            return DraftBatch._pooled(pool, at, at + 1)
+        return self.match([ctx], request_ids=[key], total_lens=[total])
 
     def _match_packed(self, flat: np.ndarray, offsets: np.ndarray, keys: list,
                       total_lens: np.ndarray) -> DraftBatch:

@@ -45,6 +45,7 @@ from .verify import VerifyResult, verify_greedy
 __all__ = ["Drafter"]
 
 _ID_TYPES = frozenset((str, int))
+_NONE = np.zeros(0, np.int64)
 
 
 def _steps():
@@ -183,13 +184,15 @@ class Drafter:
         self._plain = cfg.stateful and cfg.match_type != "ADAPTIVE"
         self._offsets1: dict[int, np.ndarray] = {}
         self._rows: dict[int, np.ndarray] = {}
+        self._one_slot: dict[int, np.ndarray] = {}
+        self._info = np.zeros(2, np.int64)
+        self._where = np.zeros(64, np.int64)
         self._slot: dict[Hashable, int] = {}  # request id -> store row, in order of arrival
         self._store = _Store()
         self._local: list[NgramCache | None] = [None] * self._store.size.size
         # The last proposal not yet accepted: ids, rows, their rows in the drafts, windows.
         self._pend_keys: list[Hashable] = []
-        self._pend_slots = np.zeros(0, np.int64)
-        self._pend_rows = np.zeros(0, np.int64)
+        self._pend_slots = self._pend_rows = _NONE
         self._pend_drafts: DraftBatch | None = None
         self._pend_windows: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -280,9 +283,9 @@ class Drafter:
                 shared_seqs.append(seq)
                 shared_from.append(start - lo)
             else:
-                target.insert([seq], count_from=[start - lo])
+                target._insert_counted([seq], [start - lo])
         if shared_seqs:
-            self.cache.insert(shared_seqs, count_from=shared_from)
+            self.cache._insert_counted(shared_seqs, shared_from)
 
     def total_len(self, rid: Any) -> int:
         """Tokens of the request so far, prompt included.  The KV cache of the target holds
@@ -310,7 +313,8 @@ class Drafter:
         """
         if batch_size is not None and self._costs is None:
             raise ValueError("batch_size= goes with costs= (min_expected_accept='auto')")
-        if isinstance(rids, (str, bytes)) or not isinstance(rids, (Sequence, np.ndarray)):
+        if type(rids) is not list and (isinstance(rids, (str, bytes)) or
+                                       not isinstance(rids, (Sequence, np.ndarray))):
             raise TypeError(f"rids must be a sequence of request ids, got {type(rids).__name__}")
         b = len(rids)
         if b == 0:
@@ -323,21 +327,24 @@ class Drafter:
         if slots is None or None in slots:  # other id types, or an unknown id: the slow way
             found = [self._get(r, f"rids[{i}]") for i, r in enumerate(rids)]
             keys, slots = [k for k, _ in found], [s for _, s in found]
-        if self._pend_keys or len(set(slots)) != b:
+        if self._pend_keys or (b > 1 and len(set(slots)) != b):
             self._check_not_pending(rids, keys)
         cfg = self.config
         store = self._store
-        slot_arr = np.array(slots, np.int64)
         length = cfg.match_length
         if b == 1 and self._plain:  # one request: its row's tail as it is
+            slot_arr = self._one_slot.get(slots[0])
+            if slot_arr is None:
+                slot_arr = self._one_slot[slots[0]] = np.array(slots, np.int64)
             size = int(store.size[slots[0]])
             flat = store.buf[slots[0], max(0, size - length):size]
-            drafts = self.cache.match([flat], request_ids=keys, total_lens=[size])
+            drafts = self.cache._match_one(flat, keys[0], size)
             offsets = self._offsets1.get(flat.size)
             if offsets is None:
                 offsets = self._offsets1[flat.size] = np.array([0, flat.size], np.int64)
             self._pend(keys, slot_arr, drafts, flat.copy(), offsets)
             return drafts
+        slot_arr = np.array(slots, np.int64)
         flat = np.empty(b * length, np.int32)
         offsets = np.empty(b + 1, np.int64)
         lens = np.empty(b, np.int64)
@@ -430,9 +437,13 @@ class Drafter:
             raise TypeError("emitted must be a VerifyResult or a mapping {request id: emitted "
                             f"tokens}}, got {type(emitted).__name__}")
         if max_tokens is not None:
-            cap = v.as_lengths(max_tokens if np.ndim(max_tokens) else [max_tokens] * len(keys),
-                               len(keys), "max_tokens", minimum=1)
-            lens = np.minimum(lens, cap)
+            if type(max_tokens) is int and max_tokens >= 1:
+                lens = np.minimum(lens, max_tokens)
+            else:
+                cap = v.as_lengths(max_tokens if np.ndim(max_tokens) else
+                                   [max_tokens] * len(keys), len(keys), "max_tokens",
+                                   minimum=1)
+                lens = np.minimum(lens, cap)
         cfg = self.config
         store = self._store
         slots = self._pend_slots
@@ -490,8 +501,9 @@ class Drafter:
         if self._pend_rows.size != tokens.shape[0]:
             tokens, mask = tokens[self._pend_rows], mask[self._pend_rows]
         store = self._store
-        where = np.empty(lens.size, np.int64)
-        info = np.zeros(2, np.int64)
+        if self._where.size < lens.size:
+            self._where = np.zeros(2 * lens.size, np.int64)
+        where, info = self._where, self._info
         steps = _steps()
         while True:
             steps.accept_rows(tokens, mask, matrix, lens, store.buf, store.size, store.steps,
@@ -514,8 +526,7 @@ class Drafter:
 
     def _clear_pending(self) -> None:
         self._pend_keys = []
-        self._pend_slots = np.zeros(0, np.int64)
-        self._pend_rows = np.zeros(0, np.int64)
+        self._pend_slots = self._pend_rows = _NONE
         self._pend_drafts = None
         self._pend_windows = None
 

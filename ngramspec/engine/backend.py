@@ -348,6 +348,8 @@ class EngineBackend:
         self._buf = tuple(np.empty(k, dt) for k, dt in zip(sizes, (np.int32, np.int64,
                                                                      np.float64)))
         self._match_entry = None
+        self._insert_entry = None  # insert_packed's
+        self._zero_counts = np.zeros(64, np.int64)
         self._corpus_entry = None  # match_batch_corpora's entry point
         self._no_sel = np.zeros((1, 0), np.int32)  # match_batch_corpora: no selection
         self._offsets1: dict[int, np.ndarray] = {}  # batch-1 offsets by context length
@@ -435,11 +437,18 @@ class EngineBackend:
         """:meth:`insert` of non-empty sequences already packed (int32 ``flat``, int64
         ``offsets``)."""
         pos = np.zeros(2, np.int64)
-        counts = np.zeros(offsets.size - 1, np.int64)
+        counts = self._zero_counts
+        if counts.size < offsets.size - 1:
+            counts = self._zero_counts = np.zeros(2 * offsets.size, np.int64)
         t = self.trie
-        while not insert_kernel(flat, offsets, self.insert_skip, counts, self.config.trie_depth,
-                                self.config.capacity, t.bundle, self._path, pos):
+        args = (flat, offsets, self.insert_skip, counts, self.config.trie_depth,
+                self.config.capacity, t.bundle, self._path, pos)
+        kernel = self._insert_entry
+        if kernel is None:  # (a Drafter's windows: always the same types)
+            kernel = self._insert_entry = entry_point(insert_kernel, *args)
+        while not kernel(*args):
             t.grow()
+            args = args[:6] + (t.bundle,) + args[7:]
 
     def insert_counted(self, sequences: Sequence[np.ndarray], count_from: Sequence[int]) -> None:
         """Exact counting: every suffix inserted, only positions ``>= count_from`` counted."""
