@@ -18,7 +18,7 @@ One verify step, in the notation of ngramspec:
                     attention_mask=drafts.additive_attention_mask([kv]), cache=cache)
     result  = ns.verify_greedy_logits(drafts, logits)
     keep KV rows kv + result.accept_index (accepted slots, root first); drop the rest
-    drafter.accept({rid: result.emitted[0]})       # accepted drafts + bonus
+    drafter.accept(result)                         # accepted drafts + bonus
 
 Run:  python examples/hf_speculative_greedy.py --check
 Needs: pip install torch transformers   (CPU is fine)
@@ -118,14 +118,13 @@ def speculative(model, drafter: ns.Drafter, rid: str, prompt: list[int],
             attention_mask=torch.from_numpy(drafts.additive_attention_mask([kv],
                                                                           dtype=np.float64)))
         forwards += 1
-        result = ns.verify_greedy_logits(drafts, logits.numpy())
+        result = ns.verify_greedy_logits(drafts, logits)  # argmax in torch, (B, n) copied
         # Only the accepted path's KV entries survive: the root (slot 0) and accepted slots.
         slots = result.accept_index[0][result.accept_index[0] >= 0]
         kv_keep(cache, torch.cat([torch.arange(kv), kv + torch.from_numpy(slots.astype(np.int64))]))
         left = new_tokens - len(drafter.output(rid))
-        emitted = result.emitted[0][:left]
-        accept_lens.append(len(emitted))
-        drafter.accept({rid: emitted})
+        accept_lens.append(min(int(result.accept_lens[0]), left))
+        drafter.accept(result, max_tokens=left)  # accepted drafts + bonus, cut at the end
     output = drafter.output(rid).tolist()
     drafter.finish(rid)
     return output, forwards, accept_lens

@@ -11,7 +11,7 @@ around any model:
         drafts  = drafter.propose([rid])
         argmax  = model.tree_argmax(context, drafts)      # one "forward" over the whole tree
         result  = ns.verify_greedy(drafts, argmax)
-        drafter.accept({rid: result.emitted[0]})
+        drafter.accept(result)
     drafter.finish(rid)
 
 Run:  python examples/numpy_speculative_greedy.py --check
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             context = drafter.sequence(row["id"]).tolist()
             result = ns.verify_greedy(drafts, model.tree_argmax(context, drafts))
             left = args.new_tokens - len(drafter.output(row["id"]))
-            drafter.accept({row["id"]: result.emitted[0][:left]})
+            drafter.accept(result, max_tokens=left)
             forwards += 1
         spec = drafter.output(row["id"]).tolist()
         steps = drafter.steps(row["id"])
