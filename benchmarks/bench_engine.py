@@ -93,3 +93,32 @@ class Memory:
         return _nbytes(cache) / len(cache)
 
     track_bytes_per_node.unit = "bytes"
+
+
+class StepAPI:
+    """One decode step of a custom loop through the step API: ``Drafter.propose``,
+    ``verify_greedy`` and ``Drafter.accept(result)`` for ``batch`` requests admitted from the
+    shipped streams (the target's argmax is a fixed array, so each step emits a padding token
+    and a bonus).  For the ratio against SGLang's C++ match on recorded traffic, run
+    ``python benchmarks/step_api.py``."""
+
+    params = (["sglang", "recommended"], [1, 48])
+    param_names = ["config", "batch"]
+    timeout = 240  # a fresh checkout compiles the kernels in setup
+
+    def setup(self, config, batch):
+        import numpy as np
+
+        cfg = ns.NgramConfig() if config == "sglang" else ns.NgramConfig.recommended()
+        self.drafter = ns.Drafter(config=cfg.replace(capacity=1_000_000))
+        rows = load_rows()[:batch]
+        for r in rows:
+            self.drafter.add_request(r["id"], r["prompt_ids"], r["output_ids"][0])
+        self.ids = [r["id"] for r in rows]
+        self.pred = np.zeros((batch, cfg.draft_token_num), np.int64)
+        for _ in range(3):
+            self.time_step(config, batch)
+
+    def time_step(self, config, batch):
+        d = self.drafter.propose(self.ids)
+        self.drafter.accept(ns.verify_greedy(d, self.pred))

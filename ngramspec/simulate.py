@@ -746,6 +746,12 @@ class StreamResult:
         return 1e3 * self.draft_seconds / max(self.batch_steps, 1)
 
     @property
+    def step_api_ms_per_step(self) -> None:
+        """Not timed for streamed traffic (:attr:`SimulationResult.step_api_ms_per_step`):
+        predictions add the compiled replay's drafting time."""
+        return None
+
+    @property
     def output_tokens_per_second(self) -> float:
         return self.output_tokens / self.wall_seconds if self.wall_seconds else 0.0
 
