@@ -349,6 +349,7 @@ class EngineBackend:
                                                                      np.float64)))
         self._match_entry = None
         self._insert_entry = None  # insert_packed's
+        self._adaptive_entries: dict[bool, Any] = {}  # match_adaptive's draft_adaptive
         self._zero_counts = np.zeros(64, np.int64)
         self._corpus_entry = None  # match_batch_corpora's entry point
         self._no_sel = np.zeros((1, 0), np.int32)  # match_batch_corpora: no selection
@@ -694,11 +695,15 @@ class EngineBackend:
         cal = calibration_array(cfg)
         shared = self.trie.bundle
         if not auto:
+            entries = self._adaptive_entries  # by whether a local trie is searched
             for i, ctx in enumerate(contexts):
                 own = local[i] if local is not None else None
-                num[i] = draft_adaptive(ctx, params, None if own is None else own.trie.bundle,
-                                        shared, BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i],
-                                        cal)
+                args = (_plain(ctx), params, None if own is None else own.trie.bundle, shared,
+                        BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i], cal)
+                kernel = entries.get(own is None)
+                if kernel is None:  # the same types at every call: skip the typing
+                    kernel = entries[own is None] = entry_point(draft_adaptive, *args)
+                num[i] = kernel(*args)
             return tokens, mask, num, probs
         tok_rows = np.zeros((b, n), np.int32)
         par_rows = np.zeros((b, n), np.int32)
