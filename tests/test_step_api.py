@@ -161,3 +161,21 @@ def test_torch_cpu_tensors_are_read_like_arrays():
     assert_array_equal(got.accept_lens, want.accept_lens)
     with pytest.raises(ValueError, match="logits must have shape"):
         ns.verify_greedy_logits(d, logits[:, :2])
+
+
+def test_simulate_times_the_step_api_and_predictions_add_it():
+    rows = ROWS[:4]
+    r = ns.simulate(rows, config=ns.NgramConfig(capacity=100_000), concurrency=2,
+                    step_api_steps=16)
+    assert r.step_api_steps == 16 and r.step_api_ms_per_step > 0
+    table = ns.CostTable([(1, 1, 10.0), (1, 12, 12.0), (2, 1, 11.0), (2, 12, 14.0)])
+    assert ns.predict_serving(r, table).draft_ms == r.step_api_ms_per_step
+    assert ns.predict_serving(r, table, draft_ms=0).draft_ms == 0
+    off = ns.simulate(rows, config=ns.NgramConfig(capacity=100_000), concurrency=2,
+                      step_api_steps=0)
+    assert off.step_api_ms_per_step is None
+    assert ns.predict_serving(off, table).draft_ms == off.draft_ms_per_step
+    assert [e.tolist() for e in off.emitted] == [e.tolist() for e in r.emitted]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="step_api_steps"):
+            ns.simulate(rows, step_api_steps=bad)
