@@ -247,7 +247,14 @@ class Drafter:
             raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
                              "new id")
         prompt = v.as_sequence(prompt_ids, "prompt_ids")
-        first = int(v.as_sequence([first_token], "first_token")[0])
+        if type(first_token) is not int and np.ndim(first_token) == 0:  # a 0-d array/tensor
+            first_token = np.asarray(first_token).reshape(1)
+        else:
+            first_token = [first_token]
+        first = v.as_sequence(first_token, "first_token")
+        if first.size != 1:
+            raise TypeError(f"first_token must be one token id, got {first.size}")
+        first = int(first[0])
         store = self._store
         slot = store.take(prompt, first)
         if len(self._local) < store.size.size:
