@@ -360,3 +360,20 @@ def test_verify_from_logits_equals_argmax(scenario, data):
         assert_array_equal(got.accept_lens, want.accept_lens)
     with pytest.raises(ValueError, match="logits must have shape"):
         ns.verify_greedy_logits(d, np.zeros((b, n + 1, 5)))
+
+
+def test_early_insert_and_a_request_finished_before_accept():
+    """The one documented difference of early inserts: a request finished between propose
+    and accept has had its matched window inserted already."""
+    counts = []
+    for early in (True, False):
+        drafter = ns.Drafter(config=ns.NgramConfig(capacity=1000), early_insert=early)
+        drafter.add_request("a", [1, 2, 3], 4)
+        drafter.add_request("b", [7, 8, 9], 6)
+        drafter.propose(["a", "b"])
+        drafter.finish("b")
+        drafter.accept({"a": [5]})
+        counts.append(len(drafter.cache))
+    early_nodes, late_nodes = counts
+    # 1 2 3 4 and 7 8 9 6: 10 suffix nodes each + the root; without early insert "b" is dropped
+    assert late_nodes == 1 + 10 and early_nodes == 1 + 20
