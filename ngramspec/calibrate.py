@@ -1,42 +1,44 @@
 """Measure a cost table (:class:`~ngramspec.costs.CostTable`) for a transformers causal LM.
 
 For every batch size ``b``: a KV cache of ``context`` random tokens is prefilled for ``b``
-requests; then for every ``tokens`` count ``n``, one forward of ``n`` query tokens per request
-is timed on top of that cache: a plain decode for ``n = 1``, otherwise a draft tree of ``n``
-slots under its tree attention mask (the 4-D additive mask and tree-depth position ids of
-:class:`~ngramspec.DraftBatch`, as in ``examples/hf_speculative_greedy.py``).  After each
-forward the cache is cut back to ``context`` tokens.  Each point runs ``warmup`` untimed
-forwards, then ``repeats`` timed ones (the device synchronised around each); the median is
-kept.
+requests (only the last position's logits are computed); then for every ``tokens`` count
+``n``, one step of ``n`` query tokens per request is timed on top of that cache: a plain
+decode for ``n = 1``, otherwise a verify step over a draft tree of ``n`` slots.
+
+``timing="loop"`` (the default) times what a decoding loop pays per step, the way
+``examples/hf_speculative_greedy.py`` and ``ngramspec check`` run it: the input ids, position
+ids and (for a tree, or a batch of several requests) the 4-D additive attention mask of
+:class:`~ngramspec.DraftBatch` built on the host, uploaded, the forward with the KV cache,
+the verdict (the argmax over the slots) read back to the host and, for a tree, the KV rows of
+the root and an accepted path kept per request (a gather over the cache).  ``timing=
+"forward"`` times the forward alone (inputs uploaded beforehand, nothing read back).  After
+each step the cache is cut back to ``context`` tokens, untimed.
+
+Each point runs ``warmup`` untimed steps, then ``repeats`` timed ones (the device
+synchronised around each); the median is kept (the first point is run once untimed before
+the grid, so that it pays no cold start).  The first point is measured again at the end:
+the spread between the two says whether the machine stayed steady, and the table keeps the
+lower of the two medians (a process's first steps tend to run slow).  A point that fails (e.g.
+out of memory) is named and left out with its batch row (or its tokens column, whichever
+keeps more points): the table holds a full grid of what could be measured.
 
 Needs the optional extra: ``pip install 'ngramspec[calibrate]'`` (torch, transformers).
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import _torch_loop as tl
 from .costs import CostTable
 from .drafts import DraftBatch
 
-__all__ = ["calibrate", "measure", "tree_batch"]
+__all__ = ["calibrate", "measure", "tree_batch", "Measurements", "TIMINGS"]
 
-_DTYPES = ("float32", "float64", "bfloat16", "float16")
-
-
-def _torch():
-    try:
-        import torch
-        import transformers  # noqa: F401
-    except ImportError:
-        raise ValueError("calibrate needs torch and transformers: pip install "
-                         "'ngramspec[calibrate]'") from None
-    return torch
+#: What a point times: ``"loop"`` (everything a loop pays per step) or ``"forward"``.
+TIMINGS = ("loop", "forward")
 
 
 def tree_batch(batch: int, tokens: int, *, vocab: int, rng: np.random.Generator) -> DraftBatch:
@@ -64,27 +66,6 @@ def tree_batch(batch: int, tokens: int, *, vocab: int, rng: np.random.Generator)
                       np.full(batch, tokens - 1, np.int32))
 
 
-def _forward(model, input_ids, cache=None, **kwargs):
-    """``model(...)`` with the KV cache under this transformers' name (``cache`` in 5.x,
-    ``past_key_values`` before)."""
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else \
-        "past_key_values"
-    out = model(input_ids, use_cache=True, **kwargs, **({name: cache} if cache is not None
-                                                       else {}))
-    return getattr(out, name)
-
-
-def _crop(cache, length: int) -> None:
-    if hasattr(cache, "crop") and hasattr(cache, "get_seq_length"):
-        extra = int(cache.get_seq_length()) - length
-        if extra > 0:
-            cache.crop(-extra)  # negative: drop that many (every transformers with crop())
-        return
-    for layer in cache.layers:  # pragma: no cover - caches without crop()
-        layer.keys = layer.keys[..., :length, :]
-        layer.values = layer.values[..., :length, :]
-
-
 def _check_sizes(name: str, values: Any) -> list[int]:
     try:
         out = [int(v) for v in values]
@@ -96,19 +77,93 @@ def _check_sizes(name: str, values: Any) -> list[int]:
     return sorted(out)
 
 
+
+
+def accepted_path(tokens: int) -> np.ndarray:
+    """The slots kept after a timed tree step: the root and its first-child chain in
+    :func:`tree_batch`'s tree (slots 0, 1, 3, 7, ...).
+
+    Examples
+    --------
+    >>> from ngramspec.calibrate import accepted_path
+    >>> accepted_path(12).tolist(), accepted_path(1).tolist()
+    ([0, 1, 3, 7], [0])
+    """
+    path = [0]
+    while 2 * path[-1] + 1 < tokens:
+        path.append(2 * path[-1] + 1)
+    return np.asarray(path, np.int64)
+
+
+class Measurements(list):
+    """The points measured, ``(batch, tokens, median_ms, min_ms, max_ms)`` each (a list),
+    with what else a run found out.
+
+    Attributes
+    ----------
+    failed : list of (int, int, str)
+        ``(batch, tokens, reason)`` of every point that could not be measured.
+    left_out : dict
+        ``{"batch": [...], "tokens": [...]}``: grid rows and columns left out of the points
+        because a point in them failed (the points always form a full grid).
+    drift : tuple of (int, int, float, float) or None
+        ``(batch, tokens, first_ms, last_ms)``: the first point measured at the start and
+        again at the end (None if it could not be re-measured).
+    timing : str
+        ``"loop"`` or ``"forward"``.
+    """
+
+    def __init__(self, points=(), *, failed=(), left_out=None, drift=None,
+                 timing: str = "loop") -> None:
+        super().__init__(points)
+        self.failed = list(failed)
+        self.left_out = dict(left_out or {"batch": [], "tokens": []})
+        self.drift = drift
+        self.timing = timing
+
+    @property
+    def spread(self) -> float | None:
+        """``last / first - 1`` of the re-measured first point (None without one)."""
+        if self.drift is None:
+            return None
+        return self.drift[3] / self.drift[2] - 1
+
+
 def calibrate(model: Any, **options: Any) -> CostTable:
-    """Measure forward times ``t(batch, tokens)`` of a causal LM as a :class:`CostTable`
+    """Measure step times ``t(batch, tokens)`` of a causal LM as a :class:`CostTable`
     (options: see :func:`measure`; the module docstring says what is timed)."""
     points = measure(model, **options)
     return CostTable([(b, n, ms) for b, n, ms, _, _ in points],
                      source=f"calibrated {getattr(model, 'name_or_path', model)}")
 
 
-def measure(model: Any, *, batch: Sequence[int] = (1, 4, 16),
-              tokens: Sequence[int] = (1, 4, 8, 12), context: int = 1024, repeats: int = 5,
-              warmup: int = 2, device: str = "cpu", dtype: str | None = None, seed: int = 0,
-              threads: int | None = None,
-              progress: Callable[[int, int], None] | None = None) -> CostTable:
+def _full_grid(ok: dict, batch: list[int], tokens: list[int]) -> tuple[list, list, list]:
+    """The batches and tokens kept (a full grid of measured points) and the points."""
+    bad_b = sorted({b for b in batch for n in tokens if (b, n) not in ok})
+    bad_n = sorted({n for b in batch for n in tokens if (b, n) not in ok})
+    keep_b = [b for b in batch if b not in bad_b]
+    # Dropping the failed tokens columns instead keeps more points when few columns failed
+    # (never the plain decode column, which every table needs).
+    alt_b = [b for b in batch if (b, 1) in ok]
+    alt_n = [n for n in tokens if all((b, n) in ok for b in alt_b)]
+    if alt_b and len(alt_b) * len(alt_n) > len(keep_b) * len(tokens):
+        keep_b, keep_n = alt_b, alt_n
+    else:
+        keep_n = list(tokens)
+    points = [ok[(b, n)] for b in keep_b for n in keep_n]
+    return keep_b, keep_n, points
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}"[:200]
+
+
+def measure(model: Any, *, batch: Sequence[int] = (1, 2, 3, 4, 16, 48),
+            tokens: Sequence[int] = tuple(range(1, 17)), context: int = 1024, repeats: int = 5,
+            warmup: int = 2, device: str = "cpu", dtype: str | None = None, seed: int = 0,
+            threads: int | None = None, timing: str = "loop",
+            progress: Callable[[int, int], None] | None = None) -> Measurements:
     """The measurements behind :func:`calibrate`: ``(batch, tokens, median_ms, min_ms,
     max_ms)`` per point (a wide min..max range means a noisy machine).
 
@@ -121,7 +176,7 @@ def measure(model: Any, *, batch: Sequence[int] = (1, 4, 16),
     context : int
         Tokens in each request's KV cache.
     repeats, warmup : int
-        Timed forwards per point (the median is kept) and untimed ones before them.
+        Timed steps per point (the median is kept) and untimed ones before them.
     device, dtype : str
         Torch device (``"cpu"``, ``"cuda"``, ...) and dtype (``float32``, ``bfloat16``,
         ``float16``, ``float64``; default: as loaded).
@@ -130,12 +185,22 @@ def measure(model: Any, *, batch: Sequence[int] = (1, 4, 16),
     threads : int, optional
         CPU threads for torch (``torch.set_num_threads``; default: torch's).  On a machine
         busy with other work, 1 gives much steadier CPU timings.
+    timing : {"loop", "forward"}
+        ``"loop"``: everything a decoding loop pays per step (host-built inputs, upload,
+        forward, verdict read back, accepted KV rows kept); ``"forward"``: the forward alone.
     progress : callable(done, total), optional
         Called after every measured point.
 
     Returns
     -------
-    list of (int, int, float, float, float)
+    Measurements
+        A list of ``(batch, tokens, median_ms, min_ms, max_ms)``, a full grid of the points
+        that could be measured; ``failed``, ``left_out`` and ``drift`` say the rest.
+
+    Raises
+    ------
+    ValueError
+        Bad options, a model that cannot be loaded, or no point measured at all.
     """
     batch = _check_sizes("batch", batch)
     tokens = _check_sizes("tokens", tokens)
@@ -145,70 +210,97 @@ def measure(model: Any, *, batch: Sequence[int] = (1, 4, 16),
                         ("warmup", warmup, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-    if dtype is not None and dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    torch = _torch()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device {device!r}: {e}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device cuda: torch sees no CUDA device here")
-    name = "model"
-    if isinstance(model, (str, os.PathLike)):
-        name = os.fspath(model)
-        if not os.path.isdir(name):
-            raise ValueError(f"MODEL_DIR {name!r}: no such directory (a local transformers "
-                             "model directory, with config.json and weights)")
-        from transformers import AutoModelForCausalLM
-        try:
-            model = AutoModelForCausalLM.from_pretrained(name)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"MODEL_DIR {name!r}: cannot be loaded as a causal LM: "
-                             f"{str(e).splitlines()[0]}") from None
-    model = model.to(dev)
-    if dtype is not None:
-        model = model.to(getattr(torch, dtype))
-    model.eval()
-    mask_dtype = next(model.parameters()).dtype
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
+    torch, dev = tl.setup(device, dtype=dtype, threads=threads)
+    model, _ = tl.load_model(model, dev, dtype)
     vocab = int(model.config.vocab_size)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    stepper = tl.Stepper(model, dev)
     rng = np.random.default_rng(seed)
-    points = []
-    total, done = len(batch) * len(tokens), 0
+    ok: dict[tuple[int, int], tuple] = {}
+    failed: list[tuple[int, int, str]] = []
+    total, done = len(batch) * len(tokens) + 1, 0
+
+    def prefill(b: int) -> None:
+        stepper.cache = None
+        prompt = torch.from_numpy(rng.integers(1, vocab, size=(b, context))).to(dev)
+        _, stepper.cache = tl.prefill(model, prompt)
+
+    def point(b: int, n: int) -> tuple:
+        d = tree_batch(b, n, vocab=vocab, rng=rng)
+        kv = np.full(b, context, np.int64)
+        slots = [accepted_path(n)] * b
+        if timing == "forward":
+            ids = torch.from_numpy(d.tokens.astype(np.int64)).to(dev)
+            kw: dict[str, Any] = {"position_ids": torch.from_numpy(d.positions(kv)).to(dev)}
+            if n > 1:
+                kw["attention_mask"] = torch.from_numpy(d.additive_attention_mask(
+                    kv, dtype=stepper.np_mask_dtype)).to(dev, stepper.mask_dtype)
+        times = []
+        for i in range(warmup + repeats):
+            t0 = stepper.timed()
+            if timing == "forward":
+                tl.forward(model, ids, stepper.cache, **kw)
+            else:
+                stepper.step(d.tokens, kv, d if n > 1 else None)
+                if n > 1:
+                    stepper.keep(tl.kept_index(kv, context, slots)[0])
+            t1 = stepper.timed()
+            if i >= warmup:
+                times.append(t1 - t0)
+            tl.crop(stepper.cache, context)
+        return (b, n, 1e3 * float(np.median(times)), 1e3 * min(times), 1e3 * max(times))
+
+    def release() -> None:
+        stepper.cache = None
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
     with torch.inference_mode():
         for b in batch:
-            prompt = torch.from_numpy(rng.integers(1, vocab, size=(b, context))).to(dev)
-            cache = _forward(model, prompt)
+            try:
+                prefill(b)
+                if b == batch[0]:  # once, untimed: the first point pays no cold start
+                    point(b, tokens[0])
+            except (RuntimeError, MemoryError) as e:
+                release()
+                failed += [(b, n, f"prefill: {_reason(e)}") for n in tokens]
+                done += len(tokens)
+                if progress is not None:
+                    progress(done, total)
+                continue
             for n in tokens:
-                d = tree_batch(b, n, vocab=vocab, rng=rng)
-                ids = torch.from_numpy(d.tokens.astype(np.int64)).to(dev)
-                kwargs: dict[str, Any] = {}
-                if n > 1:
-                    kv = [context] * b
-                    kwargs["position_ids"] = torch.from_numpy(d.positions(kv)).to(dev)
-                    kwargs["attention_mask"] = torch.from_numpy(
-                        d.additive_attention_mask(kv)).to(dev, mask_dtype)
-                else:
-                    kwargs["position_ids"] = torch.full((b, 1), context, device=dev)
-                times = []
-                for i in range(warmup + repeats):
-                    sync()
-                    t0 = time.perf_counter()
-                    _forward(model, ids, cache, **kwargs)
-                    sync()
-                    if i >= warmup:
-                        times.append(time.perf_counter() - t0)
-                    _crop(cache, context)
-                points.append((b, n, 1e3 * float(np.median(times)), 1e3 * min(times),
-                               1e3 * max(times)))
+                try:
+                    ok[(b, n)] = point(b, n)
+                except (RuntimeError, MemoryError) as e:
+                    failed.append((b, n, _reason(e)))
+                    if stepper.cache is not None:
+                        tl.crop(stepper.cache, context)
+                    if dev.type == "cuda":
+                        torch.cuda.empty_cache()
                 done += 1
                 if progress is not None:
                     progress(done, total)
-            del cache
-    return points
+            release()
+        drift = None
+        if ok:
+            b0, n0 = next(iter(ok))
+            try:
+                prefill(b0)
+                again = point(b0, n0)
+                drift = (b0, n0, ok[(b0, n0)][2], again[2])
+                if again[2] < ok[(b0, n0)][2]:  # the first point paid a start the others did not
+                    ok[(b0, n0)] = again
+            except (RuntimeError, MemoryError):
+                pass
+            release()
+        if progress is not None:
+            progress(total, total)
+    keep_b, keep_n, points = _full_grid(ok, batch, tokens)
+    if not points:
+        first = failed[0] if failed else None
+        raise ValueError("no point could be measured" + (
+            f" (batch {first[0]}, tokens {first[1]}: {first[2]})" if first else ""))
+    left_out = {"batch": [b for b in batch if b not in keep_b],
+                "tokens": [n for n in tokens if n not in keep_n]}
+    return Measurements(points, failed=failed, left_out=left_out, drift=drift, timing=timing)

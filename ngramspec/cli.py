@@ -1,10 +1,12 @@
-"""``ngramspec simulate``, ``sweep``, ``calibrate``: will n-gram speculation pay off for me?
+"""``ngramspec simulate``, ``sweep``, ``calibrate``, ``check``: will speculation pay off for me?
 
 ``simulate`` replays SGLang's serving loop on recorded streams (default: the corpus shipped
 with the package) and prints tokens per verify step, acceptance by depth and, with a cost
 table or model, the predicted serving speed-up at each concurrency level and a verdict.
 ``sweep`` does that over a grid of settings in parallel processes and ranks them.
-``calibrate`` measures a cost table for a transformers model on this machine.  ``streams
+``calibrate`` measures a cost table for a transformers model on this machine; ``check``
+decodes recorded streams on that model and holds the realised speed-up against the predicted
+one.  ``streams
 import`` turns chat logs (through the model's chat template) or token-id logs into stream
 files.  ``--preset`` and ``--config FILE.toml`` give a starting configuration.  Run
 ``ngramspec simulate --help`` for every option.  Errors are one line on stderr (exit 2), never
@@ -125,10 +127,8 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
-    p.add_argument("streams", nargs="*", metavar="STREAMS",
-                   help="recorded streams: .jsonl, .jsonl.gz or .parquet files with fields id, "
-                        "prompt_ids, output_ids (default: the corpus shipped with ngramspec)")
+def _add_config_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
+    """--preset, --config and one flag per NgramConfig field."""
     pc = p.add_argument_group("starting point (flags below override it)")
     pc.add_argument("--preset", metavar="NAME",
                     help=f"named settings: {', '.join(PRESETS)} (default: sglang, SGLang's "
@@ -147,6 +147,13 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
         metavar = "LIST" if grid else {bool: "BOOL", float: "X", int: "N"}.get(kind, "NAME")
         # Values are parsed (and errors named) in _config_options, not by argparse.
         g.add_argument(_flag(f.name), dest=f.name, metavar=metavar, help=help_)
+
+
+def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
+    p.add_argument("streams", nargs="*", metavar="STREAMS",
+                   help="recorded streams: .jsonl, .jsonl.gz or .parquet files with fields id, "
+                        "prompt_ids, output_ids (default: the corpus shipped with ngramspec)")
+    _add_config_flags(p, grid=grid)
     s = p.add_argument_group("serving")
     s.add_argument("--concurrency", default="1", metavar="LIST",
                    help="requests decoded together; a comma list (e.g. 1,4,16,48) predicts "
@@ -181,7 +188,7 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ngramspec", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True,
-                            metavar="{simulate,sweep,calibrate,streams}")
+                            metavar="{simulate,sweep,calibrate,check,streams}")
     sim = sub.add_parser("simulate", help="replay SGLang's serving loop on recorded streams",
                          description="Replay SGLang's NGRAM serving loop on recorded streams, "
                                      "report tokens per verify step and, with a cost table or "
@@ -285,21 +292,29 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar on stderr (default: when stderr is a terminal)")
     cal = sub.add_parser("calibrate", help="measure a cost table for a transformers model",
-                         description="Measure forward times of a transformers causal LM on "
+                         description="Measure step times of a transformers causal LM on "
                                      "this machine (KV cache of --context tokens per request, "
-                                     "--tokens query tokens under a draft-tree mask) and write "
-                                     "the cost table (batch,tokens,ms) for --cost-table.")
+                                     "--tokens query tokens under a draft-tree mask; by "
+                                     "default everything a decoding loop pays per step: "
+                                     "inputs built and uploaded, forward, verdict read back, "
+                                     "accepted KV rows kept) and write the cost table "
+                                     "(batch,tokens,ms) for --cost-table.")
     cal.add_argument("model", metavar="MODEL_DIR", help="a local transformers model directory")
-    cal.add_argument("--batch", default="1,4,16", metavar="LIST",
-                     help="batch sizes (default 1,4,16)")
-    cal.add_argument("--tokens", default="1,4,8,12", metavar="LIST",
-                     help="query tokens per request; 1 = plain decode (default 1,4,8,12)")
+    cal.add_argument("--batch", default="1,2,3,4,16,48", metavar="LIST",
+                     help="batch sizes (default 1,2,3,4,16,48: simulate's 1,4,16,48 and the "
+                          "batches of 2 and 3 that concurrency 4 drains through)")
+    cal.add_argument("--tokens", default=",".join(map(str, range(1, 17))), metavar="LIST",
+                     help="query tokens per request; 1 = plain decode (default 1 to 16: every "
+                          "tree size up to the recommended preset's 16, as ADAPTIVE trees vary)")
     cal.add_argument("--context", type=int, default=1024, metavar="N",
                      help="tokens in each request's KV cache (default 1024)")
     cal.add_argument("--repeats", type=int, default=5, metavar="N",
                      help="timed forwards per point; the median is kept (default 5)")
     cal.add_argument("--warmup", type=int, default=2, metavar="N",
                      help="untimed forwards before each point (default 2)")
+    cal.add_argument("--timing", default="loop", choices=["loop", "forward"],
+                     help="loop: everything a decoding loop pays per step (default); "
+                          "forward: the forward alone")
     cal.add_argument("--out", required=True, metavar="FILE.csv", help="where to write the table")
     cal.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
     cal.add_argument("--dtype", default=None,
@@ -310,6 +325,36 @@ def _parser() -> argparse.ArgumentParser:
                      help="CPU threads for torch (default: torch's; 1 is steadier on a busy "
                           "machine)")
     cal.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="progress bar on stderr (default: when stderr is a terminal)")
+    chk = sub.add_parser("check", help="hold the predicted speed-up against the real model",
+                         description="Decode recorded streams on a transformers model, "
+                                     "teacher-forced (the recording decides, every forward "
+                                     "runs for real), plainly and speculatively at each "
+                                     "--concurrency level; compare the realised speed-up "
+                                     "with the one predicted from --cost-table.")
+    chk.add_argument("model", metavar="MODEL_DIR", help="a local transformers model directory")
+    chk.add_argument("streams", nargs="+", metavar="STREAMS",
+                     help="recorded streams (.jsonl, .jsonl.gz or .parquet), decoded in order")
+    chk.add_argument("--cost-table", required=True, metavar="FILE",
+                     help="the cost table to check (e.g. from ngramspec calibrate MODEL_DIR)")
+    chk.add_argument("--extrapolate", action="store_true",
+                     help="extend the cost table linearly beyond its measured grid")
+    _add_config_flags(chk)
+    chk.add_argument("--concurrency", default="1", metavar="LIST",
+                     help="requests decoded together; a comma list checks each level "
+                          "(default 1)")
+    chk.add_argument("--max-requests", type=int, metavar="N",
+                     help="decode only the first N requests")
+    chk.add_argument("--max-output", type=int, metavar="N",
+                     help="cut every recorded output to N tokens")
+    chk.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
+    chk.add_argument("--dtype", default=None,
+                     help="torch dtype (float32, bfloat16, float16, float64; default: the "
+                          "model's)")
+    chk.add_argument("--threads", type=int, metavar="N",
+                     help="CPU threads for torch (use what calibrate used)")
+    chk.add_argument("--json", metavar="PATH", help="write the rows, table and config as JSON")
+    chk.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar on stderr (default: when stderr is a terminal)")
     return ap
 
@@ -427,6 +472,11 @@ def format_report(result: SimulationResult, *, by: str | None = None, source: st
     lines += ["", f"drafting CPU time: {result.draft_ms_per_step * 1e3:.1f} µs per serving step "
               f"({result.batch_steps:,} steps); replay took {result.wall_seconds:.2f} s "
               f"({result.output_tokens_per_second:,.0f} output tokens/s)"]
+    api = getattr(result, "step_api_ms_per_step", None)
+    if api is not None:
+        lines.append(f"drafting in a custom loop (Drafter.propose + verify_greedy + accept, "
+                     f"timed on the first {result.step_api_steps} steps): {api * 1e3:,.1f} µs "
+                     "per serving step; predictions add this")
     return "\n".join(lines)
 
 
@@ -1180,6 +1230,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
             return _cmd_simulate(args, out)
         if args.command == "calibrate":
             return _cmd_calibrate(args, out)
+        if args.command == "check":
+            return _cmd_check(args, out)
         if args.command == "streams":
             return _cmd_streams_import(args, out)
         return _cmd_sweep(args, out)
@@ -1199,6 +1251,30 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         return 2
 
 
+def _write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it: never half a
+    file."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ngramspec-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _check_out_dir(flag: str, path: str) -> None:
+    """Before a long run: the folder a result goes to exists."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{flag} {path}: no such directory {folder!r}")
+
+
 def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
     from .calibrate import measure
 
@@ -1209,19 +1285,27 @@ def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
             raise ValueError(f"{name} must be >= 1, got {v}")
     if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    _check_out_dir("--out", args.out)
     bar = ProgressBar("calibrate", force=args.progress, delay=0.0)
     try:
         points = measure(args.model, batch=batch, tokens=tokens, context=args.context,
                           repeats=args.repeats, warmup=args.warmup, device=args.device,
                           dtype=args.dtype, seed=args.seed, threads=args.threads,
-                          progress=bar)
+                          timing=args.timing, progress=bar)
     finally:
         bar.close()
     table = CostTable([p[:3] for p in points], source=f"calibrated {args.model}")
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(table.to_csv())
+    _write_atomic(args.out, table.to_csv())
+    if points.failed:
+        shown = "; ".join(f"batch {b}, tokens {n}: {why}" for b, n, why in points.failed[:3])
+        more = f" and {len(points.failed) - 3} more" if len(points.failed) > 3 else ""
+        gone = [f"batch {', '.join(map(str, points.left_out[k]))}" if k == "batch" else
+                f"tokens {', '.join(map(str, points.left_out[k]))}"
+                for k in ("batch", "tokens") if points.left_out[k]]
+        out.write(f"warning: {len(points.failed)} point(s) failed ({shown}{more}); the table "
+                  f"leaves out {' and '.join(gone) or 'nothing'}\n")
     out.write(f"cost table for {args.model} on {args.device} (context {args.context} tokens, "
-              f"median of {args.repeats}), written to {args.out}:\n")
+              f"{args.timing} timing, median of {args.repeats}), written to {args.out}:\n")
     cols = ["batch \\ tokens"] + [str(int(n)) for n in table.tokens]
     rows = [[str(int(b))] + [f"{table.grid[i, j]:.3f}" for j in range(table.tokens.size)]
             for i, b in enumerate(table.batches)]
@@ -1232,8 +1316,92 @@ def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"warning: noisy timings at {len(noisy)} of {len(points)} points (e.g. batch "
                   f"{b}, tokens {n}: {lo:.3g} to {hi:.3g} ms); other work on this machine? "
                   "try --threads 1 or more --repeats\n")
+    if points.drift is not None:
+        b, n, first, last = points.drift
+        spread = 100 * points.spread
+        out.write(f"steadiness: batch {b}, tokens {n} measured again at the end: {first:.3f} "
+                  f"then {last:.3f} ms ({spread:+.1f}%)\n")
+        if abs(spread) > 10:
+            out.write(f"warning: timings drifted {spread:+.1f}% during the run; other work on "
+                      "this machine? try --threads 1, or measure again\n")
     out.write(f"use it: ngramspec simulate --cost-table {args.out} --concurrency "
               f"{','.join(str(int(b)) for b in table.batches)}\n")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    from .check import TOLERANCE, check_against_model
+
+    levels = parse_concurrency(args.concurrency)
+    for flag, v in (("--max-requests", args.max_requests), ("--max-output", args.max_output),
+                    ("--threads", args.threads)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag} must be >= 1, got {v}")
+    config = _make_config(_base_options(args), _config_options(args), args)
+    if args.json:
+        _check_out_dir("--json", args.json)
+    if not os.path.isdir(args.model):
+        raise ValueError(f"MODEL_DIR {args.model!r}: no such directory (a local transformers "
+                         "model directory, with config.json and weights)")
+    table = CostTable.read(args.cost_table, extrapolate=args.extrapolate)
+    rows = read_streams(args.streams)
+    bar = ProgressBar("check", force=args.progress, delay=0.0)
+    try:
+        report = check_against_model(
+            args.model, rows, cost_table=table, config=config, concurrency=levels,
+            device=args.device, dtype=args.dtype, threads=args.threads,
+            max_requests=args.max_requests, max_output=args.max_output, progress=bar)
+    finally:
+        bar.close()
+    out.write(f"{report.requests} requests from "
+              f"{', '.join(os.path.basename(s) for s in args.streams)} on {args.model} "
+              f"({report.device}), teacher-forced; prediction from cost table "
+              f"{os.path.basename(args.cost_table)}\nconfig: {_config_line(config)}\n")
+    cols = ["concurrency", "steps loop/sim", "tokens", "predicted", "realised",
+            "realised/predicted", ""]
+    lines = []
+    for r in report.rows:
+        c = str(r.concurrency) if r.run_at == r.concurrency else \
+            f"{r.concurrency} (run {r.run_at})"
+        flag = f"<-- differs by {100 * abs(r.ratio - 1):.0f}%" if r.flagged else ""
+        if r.steps != r.simulated_steps:
+            flag = (flag + " " if flag else "") + "<-- steps differ"
+        lines.append([c, f"{r.steps}/{r.simulated_steps}", str(r.tokens),
+                      f"{r.predicted_speed_up:.2f}x", f"{r.realised_speed_up:.2f}x",
+                      f"{r.ratio:.2f}", flag])
+    if not any(line[-1] for line in lines):  # no flags: no empty column
+        cols, lines = cols[:-1], [line[:-1] for line in lines]
+    out.write("\n".join(_table(cols, lines)) + "\n")
+    out.write(f"emitted tokens equal the recording: {'yes' if report.identical else 'NO'}; "
+              "the model's own argmax agreed with the recording on "
+              + ", ".join(f"{100 * r.agreement:.0f}%" for r in report.rows)
+              + " of the accepted slots\n")
+    bad = [r for r in report.rows if r.flagged]
+    out.write(("prediction held within " if not bad else "prediction off by more than ")
+              + f"{100 * TOLERANCE:.0f}% at "
+              + ("every level checked" if not bad else
+                 "concurrency " + ", ".join(str(r.concurrency) for r in bad))
+              + "\n")
+    if any(r.steps != r.simulated_steps for r in report.rows):
+        out.write("warning: the loop's step counts differ from the simulator's (a bug)\n")
+    for r in report.rows:
+        gap = r.interpolated
+        if gap.get("batches") or gap.get("tokens"):
+            where, fix = [], []
+            for key, flag in (("batches", "batch"), ("tokens", "tokens")):
+                if gap[key]:
+                    have = getattr(report.cost_table, "batches" if flag == "batch" else flag)
+                    where.append(f"{flag} {', '.join(map(str, gap[key]))}")
+                    fix.append(f"--{flag} "
+                               + ",".join(map(str, sorted(set(have.tolist()) | set(gap[key])))))
+            out.write(f"note: at concurrency {r.concurrency} the table is interpolated at "
+                      f"{' and '.join(where)} ({100 * gap['plain_steps']:.0f}% of the plain "
+                      f"steps, {100 * gap['speculative_steps']:.0f}% of the speculative ones); "
+                      f"step times need not be linear: calibrate {' '.join(fix)} measures "
+                      "them\n")
+    if args.json:
+        _write_atomic(args.json, json.dumps(report.to_dict()))
+        out.write(f"report written to {args.json}\n")
     return 0
 
 
