@@ -50,7 +50,8 @@ def run_loop(rows, cfg: ns.NgramConfig, concurrency: int, form: str, forward_ms:
              early: bool | None = None):
     """The loop over ``rows`` at this concurrency; returns (propose, verify, accept seconds,
     request-steps, steps as (contexts, ids, lens) for the peer)."""
-    drafter = ns.Drafter(config=cfg, early_insert=early)
+    # (early_insert only when asked: the benchmark also runs against earlier releases)
+    drafter = ns.Drafter(config=cfg, **({} if early is None else {"early_insert": early}))
     prompts = [np.asarray(r["prompt_ids"], np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], np.int32) for r in rows]
     depth = cfg.match_length
