@@ -1325,7 +1325,9 @@ def _cmd_calibrate(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"warning: timings drifted {spread:+.1f}% during the run; other work on "
                       "this machine? try --threads 1, or measure again\n")
     out.write(f"use it: ngramspec simulate --cost-table {args.out} --concurrency "
-              f"{','.join(str(int(b)) for b in table.batches)}\n")
+              f"{','.join(str(int(b)) for b in table.batches)}\n"
+              f"check it: ngramspec check {args.model} STREAMS --cost-table {args.out} "
+              "--concurrency 1,4\n")
     return 0
 
 
