@@ -342,13 +342,20 @@ class NgramCache:
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch._trusted(tokens, mask, num_drafts)
 
-    def _insert_counted(self, seqs: list[np.ndarray], count_from: list[int]) -> None:
-        """A :class:`Drafter`'s exact-counting insert of non-empty int32 sequences it cut
-        from its own rows (``0 <= count_from[i] < len(seqs[i])``): no checks."""
+    def _insert_counted(self, flat: np.ndarray, offsets: np.ndarray,
+                        count_from: np.ndarray) -> None:
+        """A :class:`Drafter`'s exact-counting insert of non-empty sequences it cut from its
+        own rows, packed (int32 ``flat``, int64 ``offsets`` and ``count_from``, each within
+        its sequence): no checks."""
         if self._done != self._queued or self._errors:
             self.synchronize()
         with self._lock:
-            self._insert(seqs, count_from)
+            packed = getattr(self._backend, "insert_packed", None)
+            if packed is not None:
+                packed(flat, offsets, count_from)
+            else:
+                self._insert([flat[offsets[i]:offsets[i + 1]]
+                              for i in range(offsets.size - 1)], count_from.tolist())
 
     def _match_one(self, ctx: np.ndarray, key: Hashable, total: int) -> DraftBatch:
         """A :class:`Drafter`'s stateful match of one request (a non-empty int32 tail of its

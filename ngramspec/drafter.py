@@ -31,6 +31,7 @@ The options beyond SGLang (``index_prompt``, ``exact_counts``, ``local_index``; 
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -290,9 +291,14 @@ class Drafter:
                 shared_seqs.append(seq)
                 shared_from.append(start - lo)
             else:
-                target._insert_counted([seq], [start - lo])
+                target._insert_counted(seq, np.array([0, seq.size], np.int64),
+                                       np.array([start - lo], np.int64))
         if shared_seqs:
-            self.cache._insert_counted(shared_seqs, shared_from)
+            self.cache._insert_counted(
+                np.concatenate(shared_seqs),
+                np.fromiter(accumulate(map(len, shared_seqs), initial=0), np.int64,
+                            len(shared_seqs) + 1),
+                np.array(shared_from, np.int64))
 
     def total_len(self, rid: Any) -> int:
         """Tokens of the request so far, prompt included.  The KV cache of the target holds

@@ -434,11 +434,12 @@ class EngineBackend:
     def insert(self, sequences: Sequence[np.ndarray], starts_from: int | None = None) -> None:
         self._insert(sequences, self.insert_skip if starts_from is None else starts_from, None)
 
-    def insert_packed(self, flat: np.ndarray, offsets: np.ndarray) -> None:
-        """:meth:`insert` of non-empty sequences already packed (int32 ``flat``, int64
-        ``offsets``)."""
+    def insert_packed(self, flat: np.ndarray, offsets: np.ndarray,
+                      count_from: np.ndarray | None = None) -> None:
+        """:meth:`insert` (or with int64 ``count_from``, :meth:`insert_counted`) of non-empty
+        sequences already packed (int32 ``flat``, int64 ``offsets``)."""
         pos = np.zeros(2, np.int64)
-        counts = self._zero_counts
+        counts = self._zero_counts if count_from is None else count_from
         if counts.size < offsets.size - 1:
             counts = self._zero_counts = np.zeros(2 * offsets.size, np.int64)
         t = self.trie
