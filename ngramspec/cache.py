@@ -350,12 +350,7 @@ class NgramCache:
         if self._done != self._queued or self._errors:
             self.synchronize()
         with self._lock:
-            packed = getattr(self._backend, "insert_packed", None)
-            if packed is not None:
-                packed(flat, offsets, count_from)
-            else:
-                self._insert([flat[offsets[i]:offsets[i + 1]]
-                              for i in range(offsets.size - 1)], count_from.tolist())
+            self._insert_flat(flat, offsets, count_from)
 
     def _match_one(self, ctx: np.ndarray, key: Hashable, total: int) -> DraftBatch:
         """A :class:`Drafter`'s stateful match of one request (a non-empty int32 tail of its
@@ -521,9 +516,13 @@ class NgramCache:
 
     def _enqueue(self, batch: list[np.ndarray], counts: list[int] | None) -> None:
         # Copy: the caller may reuse its arrays once we return (int32 input is not copied).
-        batch = [np.array(s, dtype=np.int32, copy=True) for s in batch]
+        self._push(([np.array(s, dtype=np.int32, copy=True) for s in batch], counts))
+
+    def _push(self, item: tuple) -> None:
+        """Queue ``(batch, counts)`` (or ``(None, (flat, offsets))``) for the insert thread,
+        started or woken."""
         with self._queue_cond:
-            self._queue.append((batch, counts))
+            self._queue.append(item)
             self._queued += 1
             if not self._worker_running:
                 self._worker_running = True
@@ -563,27 +562,21 @@ class NgramCache:
         """A :class:`Drafter`'s insert of non-empty windows it packed itself (int32 ``flat``,
         int64 ``offsets``, never written again by it): no checks, no copies."""
         if not wait:
-            with self._queue_cond:
-                self._queue.append((None, (flat, offsets)))
-                self._queued += 1
-                if not self._worker_running:
-                    self._worker_running = True
-                    threading.Thread(target=self._work, name="ngramspec-insert",
-                                     daemon=True).start()
-                else:
-                    self._queue_cond.notify_all()
+            self._push((None, (flat, offsets)))
             return
         self.synchronize()
         with self._lock:
             self._insert_flat(flat, offsets)
 
-    def _insert_flat(self, flat: np.ndarray, offsets: np.ndarray) -> None:
+    def _insert_flat(self, flat: np.ndarray, offsets: np.ndarray,
+                     count_from: np.ndarray | None = None) -> None:
+        """Insert packed sequences (exact counting with int64 ``count_from``), lock held."""
         packed = getattr(self._backend, "insert_packed", None)
         if packed is not None:
-            packed(flat, offsets)
+            packed(flat, offsets, count_from)
         else:
             self._insert([flat[offsets[i]:offsets[i + 1]] for i in range(offsets.size - 1)],
-                         None)
+                         None if count_from is None else count_from.tolist())
 
     def synchronize(self) -> None:
         """Wait until every insert queued (``wait=False``) before this call has finished.
