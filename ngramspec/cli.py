@@ -472,7 +472,8 @@ def format_report(result: SimulationResult, *, by: str | None = None, source: st
     lines += ["", f"drafting CPU time: {result.draft_ms_per_step * 1e3:.1f} µs per serving step "
               f"({result.batch_steps:,} steps); replay took {result.wall_seconds:.2f} s "
               f"({result.output_tokens_per_second:,.0f} output tokens/s)"]
-    api = getattr(result, "step_api_ms_per_step", None)
+    # Only where a prediction has already timed it (timing compiles the step API's kernels).
+    api = result.step_api_ms_per_step if getattr(result, "step_api_timed", False) else None
     if api is not None:
         lines.append(f"drafting in a custom loop (Drafter.propose + verify_greedy + accept, "
                      f"timed on the first {result.step_api_steps} steps): {api * 1e3:,.1f} µs "

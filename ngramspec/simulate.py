@@ -173,6 +173,7 @@ class SimulationResult:
     step_api_seconds: float | None = None
     step_api_steps: int = 0
     _summary: Summary | None = field(default=None, repr=False)
+    _step_api: tuple | None = field(default=None, repr=False)  # what to time, until timed
 
     def __repr__(self) -> str:
         s = self.summary
@@ -223,9 +224,25 @@ class SimulationResult:
         of these streams (``simulate(..., step_api_steps=...)``); None if not timed.  What
         :func:`~ngramspec.costs.predict_serving` adds to each step by default.  Admission
         and finishing are timed per request and spread over all the run's iterations."""
+        if self.step_api_seconds is None and self._step_api is not None:
+            prompts, outputs, costs, steps = self._step_api
+            per_step, per_req, taken = _time_step_api(prompts, outputs, self.config,
+                                                      self.concurrency, steps, costs,
+                                                      self.backend)
+            # Admission and finishing, per request, spread over the whole run's iterations.
+            n_run = sum(1 for o in outputs if o.size > 1)
+            self.step_api_seconds = taken * (per_step + per_req * n_run /
+                                             max(self.batch_steps, 1))
+            self.step_api_steps = taken
+            self._step_api = None
         if self.step_api_seconds is None or not self.step_api_steps:
             return None
         return 1e3 * self.step_api_seconds / self.step_api_steps
+
+    @property
+    def step_api_timed(self) -> bool:
+        """Whether :attr:`step_api_ms_per_step` has been measured (it is, when first read)."""
+        return self.step_api_seconds is not None
 
     @property
     def output_tokens_per_second(self) -> float:
@@ -276,7 +293,8 @@ class SimulationResult:
                        batch_steps=self.batch_steps, decoding=self.decoding["kind"],
                        output_tokens=int(self.output_lens.sum()),
                        draft_ms_per_step=self.draft_ms_per_step,
-                       step_api_ms_per_step=self.step_api_ms_per_step,
+                       step_api_ms_per_step=(self.step_api_ms_per_step
+                                             if self.step_api_timed else None),
                        wall_seconds=self.wall_seconds,
                        output_tokens_per_second=self.output_tokens_per_second)
         out: dict[str, Any] = {"config": asdict(self.config), "summary": summary}
@@ -346,11 +364,11 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         Required with ``min_expected_accept="auto"`` (refused otherwise): the step costs
         the tree sizes are chosen from, at each step's batch size.
     step_api_steps : int
-        Also time the step API a custom loop runs (:class:`~ngramspec.Drafter` and
+        Time the step API a custom loop runs (:class:`~ngramspec.Drafter` and
         :func:`~ngramspec.verify_greedy`, as ``docs/custom-loop.md`` teaches them) on the
-        first this many serving-loop iterations
-        (:attr:`SimulationResult.step_api_ms_per_step`, what predictions add to each step);
-        0 skips it.  The compiled replay's own time (``draft_ms_per_step``) leaves out the
+        first this many serving-loop iterations, when
+        :attr:`SimulationResult.step_api_ms_per_step` is first read (predictions add it to
+        each step); 0: never.  The compiled replay's own time (``draft_ms_per_step``) leaves out the
         Python a loop runs around the kernels.
 
     Returns
@@ -417,21 +435,16 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
             prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs,
             sources=found)
         by_source = found or None
-    api_seconds, api_steps = None, 0
-    if step_api_steps:
-        per_step, per_req, api_steps = _time_step_api(prompts, outputs, config, concurrency,
-                                                      int(step_api_steps), costs, backend)
-        # Admission and finishing, per request, spread over the whole run's iterations.
-        n_run = sum(1 for o in outputs if o.size > 1)
-        api_seconds = api_steps * (per_step + per_req * n_run / max(batch_steps, 1))
+    # Timed when first asked for (a prediction): compiling the step API's kernels is for the
+    # runs that predict, not for every simulation.
+    pending = (prompts, outputs, costs, int(step_api_steps)) if step_api_steps else None
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=ids,
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
         prompt_lens=np.asarray([p.size for p in prompts], np.int64),
         output_lens=np.asarray([o.size for o in outputs], np.int64),
         emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
-        batch_steps=batch_steps, accepted_by_source=by_source,
-        step_api_seconds=api_seconds, step_api_steps=api_steps)
+        batch_steps=batch_steps, accepted_by_source=by_source, _step_api=pending)
 
 
 def _time_step_api(prompts, outputs, config: NgramConfig, concurrency: int, steps: int,
@@ -751,6 +764,8 @@ class StreamResult:
         predictions add the compiled replay's drafting time."""
         return None
 
+    step_api_timed = False
+
     @property
     def output_tokens_per_second(self) -> float:
         return self.output_tokens / self.wall_seconds if self.wall_seconds else 0.0
@@ -763,7 +778,8 @@ class StreamResult:
                        batch_steps=self.batch_steps, decoding=self.decoding["kind"],
                        output_tokens=self.output_tokens,
                        draft_ms_per_step=self.draft_ms_per_step,
-                       step_api_ms_per_step=self.step_api_ms_per_step,
+                       step_api_ms_per_step=(self.step_api_ms_per_step
+                                             if self.step_api_timed else None),
                        wall_seconds=self.wall_seconds,
                        output_tokens_per_second=self.output_tokens_per_second)
         out: dict[str, Any] = {"config": asdict(self.config), "summary": summary}

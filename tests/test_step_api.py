@@ -167,7 +167,9 @@ def test_simulate_times_the_step_api_and_predictions_add_it():
     rows = ROWS[:4]
     r = ns.simulate(rows, config=ns.NgramConfig(capacity=100_000), concurrency=2,
                     step_api_steps=16)
-    assert r.step_api_steps == 16 and r.step_api_ms_per_step > 0
+    assert not r.step_api_timed and r.to_dict()["summary"]["step_api_ms_per_step"] is None
+    assert r.step_api_ms_per_step > 0 and r.step_api_steps == 16 and r.step_api_timed
+    assert r.to_dict()["summary"]["step_api_ms_per_step"] == r.step_api_ms_per_step
     table = ns.CostTable([(1, 1, 10.0), (1, 12, 12.0), (2, 1, 11.0), (2, 12, 14.0)])
     assert ns.predict_serving(r, table).draft_ms == r.step_api_ms_per_step
     assert ns.predict_serving(r, table, draft_ms=0).draft_ms == 0
