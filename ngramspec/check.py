@@ -214,6 +214,21 @@ def _real_slots(drafts: DraftBatch) -> DraftBatch:
                                None if probs is None else probs[:, :w])
 
 
+def _admit(nxt: int, running: list[int], c: int, outputs, out: list, done: list[int],
+           join: Callable[[int], None]) -> int:
+    """The simulator's admission from request ``nxt`` on: in file order while fewer than
+    ``c`` run (a request whose only output token is the prefill's joins and leaves at once);
+    returns the next request to admit."""
+    while nxt < len(outputs) and len(running) < c:
+        out[nxt] = [int(outputs[nxt][0])]
+        done[nxt] = 1
+        if outputs[nxt].size > 1:
+            join(nxt)
+            running.append(nxt)
+        nxt += 1
+    return nxt
+
+
 def _plain(model, stepper: tl.Stepper, prompts, outputs, c: int, tick) -> tuple:
     """Plain decoding, teacher-forced: (wall seconds, steps, emitted outputs, agreement)."""
     batch = _Batch(stepper)
@@ -223,13 +238,8 @@ def _plain(model, stepper: tl.Stepper, prompts, outputs, c: int, tick) -> tuple:
     agree = [0, 0]
     nxt, running, steps, wall = 0, [], 0, 0.0
     while nxt < n_req or running:
-        while nxt < n_req and len(running) < c:
-            out[nxt] = [int(outputs[nxt][0])]
-            done[nxt] = 1
-            if outputs[nxt].size > 1:
-                batch.join(model, prompts[nxt])
-                running.append(nxt)
-            nxt += 1
+        nxt = _admit(nxt, running, c, outputs, out, done,
+                     lambda r: batch.join(model, prompts[r]))
         if not running:
             continue
         t0 = stepper.timed()
@@ -266,15 +276,12 @@ def _speculative(model, stepper: tl.Stepper, prompts, outputs, c: int, config: N
     agree = [0, 0]
     out: list[list[int]] = [[] for _ in range(n_req)]
     nxt, running, steps, wall = 0, [], 0, 0.0
+    def join(r: int) -> None:
+        batch.join(model, prompts[r])
+        drafter.add_request(r, prompts[r], int(outputs[r][0]))
+
     while nxt < n_req or running:
-        while nxt < n_req and len(running) < c:
-            out[nxt] = [int(outputs[nxt][0])]
-            done[nxt] = 1
-            if outputs[nxt].size > 1:
-                batch.join(model, prompts[nxt])
-                drafter.add_request(nxt, prompts[nxt], int(outputs[nxt][0]))
-                running.append(nxt)
-            nxt += 1
+        nxt = _admit(nxt, running, c, outputs, out, done, join)
         if not running:
             continue
         t0 = stepper.timed()

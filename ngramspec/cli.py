@@ -185,6 +185,15 @@ def _add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
                    help="progress bar on stderr (default: when stderr is a terminal)")
 
 
+def _add_torch_flags(p: argparse.ArgumentParser, *, threads: str) -> None:
+    """--device, --dtype and --threads of the commands that run a transformers model."""
+    p.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
+    p.add_argument("--dtype", default=None,
+                   help="torch dtype (float32, bfloat16, float16, float64; default: the "
+                        "model's)")
+    p.add_argument("--threads", type=int, metavar="N", help=f"CPU threads for torch ({threads})")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ngramspec", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True,
@@ -316,14 +325,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="loop: everything a decoding loop pays per step (default); "
                           "forward: the forward alone")
     cal.add_argument("--out", required=True, metavar="FILE.csv", help="where to write the table")
-    cal.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
-    cal.add_argument("--dtype", default=None,
-                     help="torch dtype (float32, bfloat16, float16, float64; default: the "
-                          "model's)")
+    _add_torch_flags(cal, threads="default: torch's; 1 is steadier on a busy machine")
     cal.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
-    cal.add_argument("--threads", type=int, metavar="N",
-                     help="CPU threads for torch (default: torch's; 1 is steadier on a busy "
-                          "machine)")
     cal.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar on stderr (default: when stderr is a terminal)")
     chk = sub.add_parser("check", help="hold the predicted speed-up against the real model",
@@ -347,12 +350,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="decode only the first N requests")
     chk.add_argument("--max-output", type=int, metavar="N",
                      help="cut every recorded output to N tokens")
-    chk.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
-    chk.add_argument("--dtype", default=None,
-                     help="torch dtype (float32, bfloat16, float16, float64; default: the "
-                          "model's)")
-    chk.add_argument("--threads", type=int, metavar="N",
-                     help="CPU threads for torch (use what calibrate used)")
+    _add_torch_flags(chk, threads="use what calibrate used")
     chk.add_argument("--json", metavar="PATH", help="write the rows, table and config as JSON")
     chk.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bar on stderr (default: when stderr is a terminal)")
