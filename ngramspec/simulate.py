@@ -449,55 +449,19 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
 
 def _time_step_api(prompts, outputs, config: NgramConfig, concurrency: int, steps: int,
                    costs: Any, backend: str, warm: bool = True) -> tuple[float, float, int]:
-    """The step API timed on the first ``steps`` serving-loop iterations (admission as in the
-    replay; the recorded argmax, which stands in for the target, untimed): ``(seconds per
-    iteration of propose + verify_greedy + accept, seconds per request of add_request +
-    finish, iterations timed)``.  The drafter's kernels are compiled before the clock
-    starts."""
-    from .drafter import Drafter
-
-    drafter = Drafter(config=config, backend=backend, costs=costs)
+    """The step API timed on the first ``steps`` serving-loop iterations of
+    :func:`_replay_stepwise` (the recorded argmax, which stands in for the target, untimed):
+    ``(seconds per iteration of propose + verify_greedy + accept, seconds per request of
+    add_request + finish, iterations timed)``.  The drafter's kernels are compiled before the
+    clock starts."""
     if backend == "numba" and warm:
         _warm_step_api(config, costs)
-    n_req = len(prompts)
-    done = [0] * n_req
-    nxt, running, t_step, t_req, taken, admitted = 0, [], 0.0, 0.0, 0, 0
-    clock = time.perf_counter
-    while (nxt < n_req or running) and taken < steps:
-        t0 = clock()
-        while nxt < n_req and len(running) < concurrency:
-            done[nxt] = 1
-            if outputs[nxt].size > 1:
-                drafter.add_request(nxt, prompts[nxt], int(outputs[nxt][0]))
-                running.append(nxt)
-                admitted += 1
-            nxt += 1
-        t1 = clock()
-        t_req += t1 - t0
-        if not running:
-            continue
-        d = drafter.propose(running)
-        t_step += clock() - t1
-        pred = _recorded_argmax(d, running, outputs, [done[r] for r in running])
-        np.maximum(pred, 0, out=pred)  # beyond the recording: any token (the output is cut)
-        left = [outputs[r].size - done[r] for r in running]
-        t0 = clock()
-        result = verify_greedy(d, pred)
-        drafter.accept(result, max_tokens=left)
-        t1 = clock()
-        t_step += t1 - t0
-        lens = np.minimum(result.accept_lens, left).tolist()
-        for r, k in zip(running, lens):
-            done[r] += k
-        ended = [r for r in running if done[r] >= outputs[r].size]
-        for r in ended:
-            drafter.finish(r)
-        t_req += clock() - t1
-        if ended:
-            running = [r for r in running if done[r] < outputs[r].size]
-        taken += 1
-    drafter.finish_all()
-    return t_step / max(taken, 1), t_req / max(admitted, 1), taken
+    timing: dict[str, float] = {}
+    _replay_stepwise(prompts, outputs, config, concurrency, backend, list(range(len(prompts))),
+                     None, costs=costs, limit=steps, timing=timing)
+    taken = int(timing["steps"])
+    return (timing["step_seconds"] / max(taken, 1),
+            timing["request_seconds"] / max(int(timing["admitted"]), 1), taken)
 
 
 _WARMED: set = set()
@@ -571,14 +535,19 @@ def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.nd
 def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
                      ids: list[Hashable], progress: ProgressFn | None,
                      corpora: Mapping[str, Any] | None = None, costs: Any = None, *,
-                     sources: dict[str, np.ndarray] | None = None):
+                     sources: dict[str, np.ndarray] | None = None, limit: int | None = None,
+                     timing: dict[str, float] | None = None):
     """The loop step by step through :class:`~ngramspec.Drafter` (whose bookkeeping follows
-    the config's profile and options) and :func:`~ngramspec.verify_greedy`.
+    the config's profile and options) and :func:`~ngramspec.verify_greedy`, as a custom loop
+    calls them (``accept`` of the verify result, cut where the recording ends).
 
     ``sources`` (a dict, filled with corpora loaded): the accepted draft tokens per request
     by source, as :attr:`SimulationResult.accepted_by_source`, found from the parts of each
     merge (the cache's recorded trees, :func:`~ngramspec.corpora.tree_paths`) independently
-    of the engine's node tags."""
+    of the engine's node tags.  ``limit``: stop after that many serving-loop iterations.
+    ``timing`` (a dict, filled): the wall time of ``propose`` + ``verify_greedy`` +
+    ``accept`` (``step_seconds``) and of ``add_request`` + ``finish`` (``request_seconds``),
+    the requests admitted and the iterations run."""
     from .drafter import Drafter
 
     drafter = Drafter(config=config, backend=backend, costs=costs)
@@ -599,40 +568,51 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
     drafts: list[list[int]] = [[] for _ in range(n_req)]
     total_tokens = sum(o.size for o in outputs)
     nxt, running, cpu, steps = 0, [], 0.0, 0
-    t0 = time.perf_counter()
-    while nxt < n_req or running:
+    t_step = t_req = 0.0
+    admitted = 0
+    clock = time.perf_counter
+    t0 = clock()
+    while (nxt < n_req or running) and (limit is None or steps < limit):
+        w0 = clock()
         while nxt < n_req and len(running) < concurrency:
             out_len[nxt] = 1
             if outputs[nxt].size > 1:
                 drafter.add_request(ids[nxt], prompts[nxt], int(outputs[nxt][0]))
                 running.append(nxt)
+                admitted += 1
             nxt += 1
+        w1 = clock()
+        t_req += w1 - w0
         if not running:
             continue
         c0 = time.thread_time()
         d = drafter.propose([ids[r] for r in running])
         cpu += time.thread_time() - c0
+        t_step += clock() - w1
         pred = _recorded_argmax(d, running, outputs, [out_len[r] for r in running])
+        left = [outputs[r].size - out_len[r] for r in running]
+        w0, c0 = clock(), time.thread_time()
         result = verify_greedy(d, pred)
-        accepted = {}
+        drafter.accept(result, max_tokens=left)
+        cpu += time.thread_time() - c0
+        w1 = clock()
+        t_step += w1 - w0
         parts = None
         if attribute and parts_of.active:
             parts = [(column[cid], t, m) for cid, (t, m) in parts_of.last_parts]
         for b, r in enumerate(running):
-            e = min(int(result.accept_lens[b]), outputs[r].size - out_len[r])
+            e = min(int(result.accept_lens[b]), left[b])
             if attribute and e > 1:
                 _attribute(counts[r], parts, b, outputs[r][out_len[r]:out_len[r] + e - 1])
             emitted[r].append(e)
             drafts[r].append(int(d.num_drafts[b]))
-            accepted[ids[r]] = outputs[r][out_len[r]:out_len[r] + e]
             out_len[r] += e
-        c0 = time.thread_time()
-        drafter.accept(accepted)
-        cpu += time.thread_time() - c0
         steps += 1
+        w0 = clock()
         for r in running:
             if out_len[r] == outputs[r].size:
                 drafter.finish(ids[r])
+        t_req += clock() - w0
         running = [r for r in running if out_len[r] < outputs[r].size]
         if progress is not None and steps % 256 == 0:
             progress(sum(out_len), total_tokens)
@@ -641,8 +621,11 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
     if attribute:
         assert sources is not None
         sources.update(zip(names, counts.T.copy()))
+    if timing is not None:
+        timing.update(step_seconds=t_step, request_seconds=t_req, admitted=admitted,
+                      steps=steps)
     return ([np.asarray(e, np.int32) for e in emitted], [np.asarray(d, np.int32) for d in drafts],
-            cpu, steps, time.perf_counter() - t0)
+            cpu, steps, clock() - t0)
 
 
 def _attribute(counts: np.ndarray, parts: list | None, b: int, accepted: np.ndarray) -> None:
