@@ -206,7 +206,7 @@ def table_source(coef: np.ndarray, note: str) -> str:
 
 
 def table_array(coef: np.ndarray, level_edges=LEVEL_EDGES) -> np.ndarray:
-    """The kernels' form of a fitted table (:func:`ngramspec.acceptance.calibration_array`)."""
+    """The kernels' form of a fitted table (:func:`ngramspec.calibration_table.calibration_array`)."""
     return np.concatenate([[len(CONTEXT_EDGES), len(TOTAL_EDGES), len(level_edges)],
                            CONTEXT_EDGES, TOTAL_EDGES, level_edges,
                            np.asarray(coef, np.float64).reshape(-1)]).astype(np.float64)
@@ -216,13 +216,14 @@ def cross_validate(edge_sets: dict, rows: list[dict], repeats: int, ridge: float
                    seed: int = 0) -> dict:
     """Worst bin (>= 1% of steps) of each edge set's fit, judged on the other half of the
     tuning requests, per fold (``2 * repeats`` folds, the same halves for every set)."""
-    import ngramspec.acceptance as acceptance
+    import ngramspec.calibration_table as calibration
+    from ngramspec.reliability import reliability
 
     keys = sorted({group_key(r["id"]) for r in rows})
     rng = np.random.default_rng(seed)
     out: dict = {name: [] for name in edge_sets}
     config = ns.NgramConfig.preset("calibrated")
-    shipped = acceptance._TABLE
+    shipped = calibration._TABLE
     for _ in range(repeats):
         half = {keys[j] for j in rng.permutation(len(keys))[:len(keys) // 2]}
         a = [i for i, r in enumerate(rows) if group_key(r["id"]) in half]
@@ -230,11 +231,11 @@ def cross_validate(edge_sets: dict, rows: list[dict], repeats: int, ridge: float
         for train, test in ((a, b), (b, a)):
             for name, edges in edge_sets.items():
                 coef = fit(edges[np.isin(edges[:, 7].astype(int), train)], ridge)
-                acceptance._TABLE = table_array(coef)
+                calibration._TABLE = table_array(coef)
                 try:
-                    rel = acceptance.reliability([rows[i] for i in test], config=config)
+                    rel = reliability([rows[i] for i in test], config=config)
                 finally:
-                    acceptance._TABLE = shipped
+                    calibration._TABLE = shipped
                 out[name].append(rel.worst())
     return out
 
@@ -258,16 +259,17 @@ def _edges(config: ns.NgramConfig, rows: list[dict]) -> np.ndarray:
 def refit_fresh(ridge: float) -> None:
     """Worst bins on the second recording's halves: the shipped table, then tables refitted
     on its tuning half (see ``--refit-fresh``)."""
-    import ngramspec.acceptance as acceptance
+    import ngramspec.calibration_table as calibration
+    from ngramspec.reliability import reliability
     from ngramspec.streams import fresh_streams_path
 
     rows = read_streams(fresh_streams_path())
     parts = {p: split_streams(rows, part=p) for p in ("tune", "holdout")}
     config = ns.NgramConfig.preset("calibrated")
-    shipped = acceptance._TABLE
+    shipped = calibration._TABLE
 
     def report(label: str) -> None:
-        worst = {p: acceptance.reliability(r, config=config).worst() for p, r in parts.items()}
+        worst = {p: reliability(r, config=config).worst() for p, r in parts.items()}
         print(f"{label}: worst bin {100 * worst['tune']:.1f}% on the tuning half "
               f"({len(parts['tune'])} requests), {100 * worst['holdout']:.1f}% on the hold-out "
               f"half ({len(parts['holdout'])})")
@@ -276,13 +278,13 @@ def refit_fresh(ridge: float) -> None:
         report("shipped table")
         edges = _edges(ns.NgramConfig.preset("calibrated", calibrated_estimates=False),
                        parts["tune"])
-        acceptance._TABLE = table_array(fit(edges, ridge))
+        calibration._TABLE = table_array(fit(edges, ridge))
         report(f"refit, round 1 ({len(edges)} edges)")
         edges = _edges(config, parts["tune"])
-        acceptance._TABLE = table_array(fit(edges, ridge))
+        calibration._TABLE = table_array(fit(edges, ridge))
         report(f"refit, round 2 ({len(edges)} edges)")
     finally:
-        acceptance._TABLE = shipped
+        calibration._TABLE = shipped
 
 
 def main() -> None:

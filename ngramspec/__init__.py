@@ -7,9 +7,10 @@
 array([[2, 3, 7, 8]], dtype=int32)
 """
 
+from ._version import __version__  # noqa: F401
 from .cache import NgramCache
 from .config import NgramConfig
-from .costmodel import CostModel, Prediction
+from .costs import CostModel, Prediction
 from .costs import CostTable, CostTableError, ServingPrediction, predict_serving, schedule
 from .drafts import DraftBatch
 from .drafter import Drafter
@@ -23,4 +24,3 @@ __all__ = ["NgramCache", "NgramConfig", "DraftBatch", "Drafter", "VerifyResult",
            "read_streams", "StreamError", "CostModel", "Prediction", "CostTable", "CostTableError",
            "ServingPrediction", "predict_serving", "schedule", "IntegrityError", "CacheFileError",
            "BackgroundInsertError", "simulate_stream", "StreamResult", "iter_streams"]
-__version__ = "0.1.0"

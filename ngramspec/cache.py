@@ -9,21 +9,21 @@ import dataclasses
 import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Hashable
+from typing import TYPE_CHECKING, Any, Hashable, Mapping
 
 import numpy as np
 
 from . import _validate as v
 from . import persist
 from .config import NgramConfig
-from .corpora import Corpora
+from .corpora import Corpora, read_corpus
 from .drafts import DraftBatch
 from .errors import BackgroundInsertError, CacheFileError
 
 if TYPE_CHECKING:
     from ._canonical import CanonicalContent
 
-__all__ = ["NgramCache", "BACKENDS"]
+__all__ = ["NgramCache", "BACKENDS", "cache_from_sglang_args"]
 
 BACKENDS = ("numba", "reference")
 
@@ -395,7 +395,7 @@ class NgramCache:
         return out
 
     def _step_costs(self, costs: Any, batch_size: Any, n: int) -> np.ndarray | None:
-        from .acceptance import check_costs, step_costs
+        from .costs import check_costs, step_costs
 
         costs = check_costs(self._config, costs)
         if costs is None:
@@ -641,7 +641,7 @@ class NgramCache:
         >>> NgramCache.load(path).match([[1, 2]]).tokens
         array([[2, 3, 4, 0]], dtype=int32)
         """
-        from . import __version__  # the package's, set after this module is imported
+        from ._version import __version__
 
         self.synchronize()
         with self._lock:
@@ -690,3 +690,36 @@ class NgramCache:
             except ValueError as e:
                 raise CacheFileError(f"{os.fspath(path)}: {e}") from None
         return cache
+
+
+def cache_from_sglang_args(args: Mapping[str, Any], *, tokenizer: Any = None,
+                           backend: str = "numba"):
+    """An :class:`~ngramspec.NgramCache` as an SGLang server with these arguments starts it:
+    :meth:`NgramConfig.from_sglang_args <ngramspec.NgramConfig.from_sglang_args>`, then the
+    ``--speculative-ngram-external-corpus-path`` file, if any, loaded under its path as id
+    (:func:`~ngramspec.corpora.read_corpus`; the whole file refused if it exceeds the token cap, as SGLang does).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "corpus.jsonl")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write("[1, 2, 3, 9, 9]" + chr(10) + "[7, 1, 2, 5]" + chr(10))
+    >>> cache = cache_from_sglang_args({
+    ...     "speculative_ngram_max_trie_depth": 4, "speculative_num_draft_tokens": 6,
+    ...     "speculative_ngram_max_bfs_breadth": 3,
+    ...     "speculative_ngram_external_sam_budget": 2,
+    ...     "speculative_ngram_external_corpus_path": path})
+    >>> list(cache.corpora().values())
+    [10]
+    """
+    config = NgramConfig.from_sglang_args(args)
+    cache = NgramCache(config=config, backend=backend)
+    path = None
+    for raw, value in args.items():  # named as from_sglang_args accepts it
+        name = str(raw).lstrip("-").replace("-", "_").removeprefix("speculative_")
+        if name.removeprefix("ngram_") == "external_corpus_path":
+            path = value
+    if path:
+        cache.add_corpus(os.fspath(path), read_corpus(path, tokenizer=tokenizer))
+    return cache

@@ -48,7 +48,7 @@ from .config import NgramConfig
 from .costs import CostTable, ServingPrediction, predict_serving, schedule
 from .drafter import Drafter
 from .drafts import DraftBatch
-from .simulate import _recorded_argmax, simulate
+from .simulate import _recorded_argmax, admit, simulate
 from .streams import read_streams
 from .verify import verify_greedy
 
@@ -219,13 +219,10 @@ def _admit(nxt: int, running: list[int], c: int, outputs, out: list, done: list[
     """The simulator's admission from request ``nxt`` on: in file order while fewer than
     ``c`` run (a request whose only output token is the prefill's joins and leaves at once);
     returns the next request to admit."""
-    while nxt < len(outputs) and len(running) < c:
-        out[nxt] = [int(outputs[nxt][0])]
-        done[nxt] = 1
-        if outputs[nxt].size > 1:
-            join(nxt)
-            running.append(nxt)
-        nxt += 1
+    first = nxt
+    nxt = admit(nxt, running, c, [o.size for o in outputs], join, done)
+    for r in range(first, nxt):
+        out[r] = [int(outputs[r][0])]
     return nxt
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections.abc
 import json
 import os
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from .config import NgramConfig
 from .stdorder import HASHTABLE_BUCKET_COUNTS
 
 __all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream", "read_corpus",
-           "tree_paths", "cache_from_sglang_args", "automaton_bytes"]
+           "tree_paths", "automaton_bytes"]
 
 #: The token SGLang puts between the documents of a corpus (``INT32_MIN``).
 SEPARATOR = -(2**31)
@@ -273,41 +273,6 @@ def read_corpus(path: str | os.PathLike, *, tokenizer: Any = None) -> list[list[
                                  f"string or a list of integer token ids, got "
                                  f"{type(value).__name__}")
     return docs
-
-
-def cache_from_sglang_args(args: Mapping[str, Any], *, tokenizer: Any = None,
-                           backend: str = "numba"):
-    """An :class:`~ngramspec.NgramCache` as an SGLang server with these arguments starts it:
-    :meth:`NgramConfig.from_sglang_args <ngramspec.NgramConfig.from_sglang_args>`, then the
-    ``--speculative-ngram-external-corpus-path`` file, if any, loaded with :func:`read_corpus`
-    under its path as id (the whole file refused if it exceeds the token cap, as SGLang does).
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "corpus.jsonl")
-    >>> with open(path, "w") as f:
-    ...     _ = f.write("[1, 2, 3, 9, 9]" + chr(10) + "[7, 1, 2, 5]" + chr(10))
-    >>> cache = cache_from_sglang_args({
-    ...     "speculative_ngram_max_trie_depth": 4, "speculative_num_draft_tokens": 6,
-    ...     "speculative_ngram_max_bfs_breadth": 3,
-    ...     "speculative_ngram_external_sam_budget": 2,
-    ...     "speculative_ngram_external_corpus_path": path})
-    >>> list(cache.corpora().values())
-    [10]
-    """
-    from .cache import NgramCache
-
-    config = NgramConfig.from_sglang_args(args)
-    cache = NgramCache(config=config, backend=backend)
-    path = None
-    for raw, value in args.items():  # named as from_sglang_args accepts it
-        name = str(raw).lstrip("-").replace("-", "_").removeprefix("speculative_")
-        if name.removeprefix("ngram_") == "external_corpus_path":
-            path = value
-    if path:
-        cache.add_corpus(os.fspath(path), read_corpus(path, tokenizer=tokenizer))
-    return cache
 
 
 class Corpora:

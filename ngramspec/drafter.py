@@ -166,7 +166,7 @@ class Drafter:
             self.cache = NgramCache(config=v.check_config(config),
                                     backend=v.check_backend(backend, BACKENDS))
         cfg = self.cache.config
-        from .acceptance import check_costs
+        from .costs import check_costs
 
         self._costs = check_costs(cfg, costs)
         # Exact counting (once per occurrence, as tokens arrive) into which trie.

@@ -330,7 +330,7 @@ def test_fitted_table_array_is_the_kernels_table():
 def test_cross_validation_fits_halves_and_restores_the_table():
     """``fit_acceptance.cross_validate``: two folds per halving for every edge set, each a
     worst-bin error; the shipped table is in place afterwards."""
-    import ngramspec.acceptance as acceptance
+    import ngramspec.calibration_table as acceptance
     from benchmarks import fit_acceptance as fit
 
     rows = [{"id": f"t/{i}", "task": "t", "prompt_ids": [1, 2, 3, 1, 2],

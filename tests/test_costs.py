@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import importlib
 import io
 import json
 import math
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-import ngramspec.costs as costs_module
+from ngramspec.simulate import admit
 from ngramspec.cli import main
 from ngramspec.costs import (CostTable, CostTableError, ServingPrediction, parse_concurrency,
                              predict_serving, schedule, verdict)
@@ -43,7 +44,9 @@ def few(corpus):
     return rows
 
 
-def test_docstring_examples():
+@pytest.mark.parametrize("name", ["table", "serving", "checks"])
+def test_docstring_examples(name):
+    costs_module = importlib.import_module(f"ngramspec.costs.{name}")
     result = doctest.testmod(costs_module, optionflags=doctest.ELLIPSIS |
                              doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
@@ -156,12 +159,9 @@ def drafter_loop(rows, cfg: ns.NgramConfig, concurrency: int):
     emitted = [[] for _ in rows]
     batch, sent, nxt, running = [], [], 0, []
     while nxt < len(rows) or running:
-        while nxt < len(rows) and len(running) < concurrency:
-            done[nxt] = 1
-            if len(outs[nxt]) > 1:
-                drafter.add_request(rows[nxt]["id"], rows[nxt]["prompt_ids"], outs[nxt][0])
-                running.append(nxt)
-            nxt += 1
+        nxt = admit(nxt, running, concurrency, [len(o) for o in outs],
+                    lambda r: drafter.add_request(rows[r]["id"], rows[r]["prompt_ids"],
+                                                  outs[r][0]), done)
         if not running:
             continue
         d = drafter.propose([rows[r]["id"] for r in running])
@@ -208,10 +208,7 @@ def test_baseline_schedule(few):
     # A single step-by-step loop of the admission rule, written out.
     batch, left, nxt, running = [], list(need), 0, []
     while nxt < len(few) or running:
-        while nxt < len(few) and len(running) < 4:
-            if left[nxt]:
-                running.append(nxt)
-            nxt += 1
+        nxt = admit(nxt, running, 4, [n + 1 for n in need], lambda r: None)
         if not running:
             continue
         batch.append(len(running))
@@ -249,10 +246,7 @@ def _written_out(requests, c, n_tree, adaptive=False):
     steps = [len(q["emitted"]) for q in requests]
     rows, k, nxt, running = [], [0] * len(steps), 0, []
     while nxt < len(steps) or running:
-        while nxt < len(steps) and len(running) < c:
-            if steps[nxt]:
-                running.append(nxt)
-            nxt += 1
+        nxt = admit(nxt, running, c, [n + 1 for n in steps], lambda r: None)
         if not running:
             continue
         n = max(requests[i]["drafts"][k[i]] + 1 for i in running) if adaptive else n_tree

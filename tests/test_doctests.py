@@ -7,7 +7,9 @@ import pytest
 
 MODULES = ["ngramspec", "ngramspec.config", "ngramspec.stdorder", "ngramspec.cache",
            "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter",
-           "ngramspec.streams", "ngramspec.holdout", "ngramspec.simulate", "ngramspec.costmodel",
+           "ngramspec.streams", "ngramspec.holdout", "ngramspec.simulate.results", "ngramspec.simulate.runs",
+           "ngramspec.simulate.stepwise", "ngramspec.costs.model", "ngramspec.reliability",
+           "ngramspec.calibration_table",
            "ngramspec.executors",
            "ngramspec.testing", "ngramspec.testing.strategies", "ngramspec.testing._compare",
            "ngramspec.testing._machine", "ngramspec.testing._golden"]

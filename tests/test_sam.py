@@ -351,7 +351,7 @@ def test_docs_corpora_example_runs_and_prints_what_it_says():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cache_from_sglang_args_loads_the_corpus_path(backend, tmp_path):
-    from ngramspec.corpora import cache_from_sglang_args
+    from ngramspec.cache import cache_from_sglang_args
 
     path = tmp_path / "c.jsonl"
     path.write_text("[1, 2, 3, 9, 9]\n[7, 1, 2, 5]\n")

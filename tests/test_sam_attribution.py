@@ -19,7 +19,7 @@ from numpy.testing import assert_array_equal
 import ngramspec as ns
 from ngramspec.cli import main
 from ngramspec.corpora import read_corpus, tree_paths
-from ngramspec.simulate import _replay_stepwise
+from ngramspec.simulate import _replay_stepwise, admit
 from ngramspec.streams import embedded_streams_path
 
 
@@ -70,12 +70,9 @@ def drafter_attribution(rows, cfg, corpora, concurrency):
     done = [0] * len(rows)
     nxt, running = 0, []
     while nxt < len(rows) or running:
-        while nxt < len(rows) and len(running) < concurrency:
-            done[nxt] = 1
-            if outs[nxt].size > 1:
-                drafter.add_request(rows[nxt]["id"], rows[nxt]["prompt_ids"], int(outs[nxt][0]))
-                running.append(nxt)
-            nxt += 1
+        nxt = admit(nxt, running, concurrency, [o.size for o in outs],
+                    lambda r: drafter.add_request(rows[r]["id"], rows[r]["prompt_ids"],
+                                                  int(outs[r][0])), done)
         if not running:
             continue
         d = drafter.propose([rows[r]["id"] for r in running])

@@ -104,8 +104,8 @@ def test_other_errors(tmp_path):
     assert issubclass(StreamError, ValueError)
 
 
-@pytest.mark.parametrize("name", ["ngramspec.streams", "ngramspec.simulate",
-                                  "ngramspec.costmodel", "ngramspec.cli"])
+@pytest.mark.parametrize("name", ["ngramspec.streams", "ngramspec.simulate.runs",
+                                  "ngramspec.costs.model", "ngramspec.cli"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name),
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -1,0 +1,23 @@
+"""Step costs and the pay-off prediction: one room for everything priced in milliseconds.
+
+- :mod:`~ngramspec.costs.model`: :class:`CostModel`, the per-request formula and its
+  :class:`Prediction`;
+- :mod:`~ngramspec.costs.table`: :class:`CostTable`, measured forward times ``t(batch,
+  tokens)`` and their interpolation;
+- :mod:`~ngramspec.costs.serving`: the concurrency-aware prediction (:func:`schedule`,
+  :func:`predict_serving`, :func:`verdict`);
+- :mod:`~ngramspec.costs.checks`: the ``costs=`` argument checked, and step costs as the
+  drafting kernels read them.
+
+This room imports nothing else of the package, so every layer may price a step.
+"""
+
+from .checks import check_costs, cost_matrix, step_costs
+from .model import CostModel, Prediction
+from .serving import (Schedule, ServingPrediction, parse_concurrency, predict_serving, schedule,
+                      verdict)
+from .table import Cost, CostTable, CostTableError
+
+__all__ = ["CostModel", "Prediction", "CostTable", "CostTableError", "Cost", "Schedule",
+           "ServingPrediction", "schedule", "predict_serving", "verdict", "parse_concurrency",
+           "check_costs", "step_costs", "cost_matrix"]
