@@ -23,7 +23,7 @@ import numpy as np
 __all__ = ["INT32_MIN", "INT32_MAX", "as_sequence", "as_batch", "as_contexts", "serving_one",
            "serving_batch", "as_serving_one",
            "as_request_id", "as_request_ids", "as_total_lens", "as_lengths", "as_count_from",
-           "check_config", "check_backend", "check_bool", "as_positive_int", "as_concurrency",
+           "check_config", "check_backend", "check_bool", "as_positive_int",
            "as_token_matrix", "as_logits", "as_threshold", "check_rng", "as_probs",
            "renamed_keyword"]
 
@@ -374,13 +374,6 @@ def as_positive_int(value: Any, name: str, what: str = "") -> int:
     if value < 1:
         raise ValueError(f"{name} must be >= 1{f' ({what})' if what else ''}, got {value}")
     return int(value)
-
-
-def as_concurrency(value: Any, n_requests: int) -> int:
-    """Requests decoded together: an int ``>= 1``, clamped to the number of requests (more
-    slots than requests would only allocate rows that never run)."""
-    c = as_positive_int(value, "concurrency", "requests decoded together")
-    return min(c, max(int(n_requests), 1))
 
 
 # Verification inputs -----------------------------------------------------------------------

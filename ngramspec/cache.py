@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _validate as v
 from . import persist
+from .backends import BACKENDS, backend_class
 from .config import NgramConfig
 from .corpora import Corpora, read_corpus
 from .drafts import DraftBatch
@@ -25,16 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["NgramCache", "BACKENDS", "cache_from_sglang_args"]
 
-BACKENDS = ("numba", "reference")
-
-
-def _backend_class(name: str):
-    """The class behind ``backend=name``; each has ``from_canonical`` / ``to_canonical``."""
-    if name == "numba":
-        from .engine import EngineBackend  # imports numba: only when a cache needs it
-        return EngineBackend
-    from .reference import ReferenceBackend
-    return ReferenceBackend
 
 
 # How long an idle insert thread waits for the next queued batch before it exits.
@@ -128,12 +119,12 @@ class NgramCache:
         self._backend_name = v.check_backend(backend, BACKENDS)
         # Read on every match: plain attributes, not properties of the config.
         self._stateful = config.stateful
-        self._adaptive = config.match_type == "ADAPTIVE"
+        self._adaptive = config.mode.backend_call == "match_adaptive"
         self._plain_match = self._stateful and not self._adaptive  # ids and lengths are used
         # A backend of this class writes drafts into an output pool; checked per call (a
         # cache's backend may be replaced, e.g. by one that wraps it).
-        cls = _backend_class(self._backend_name)
-        self._pooled_cls = cls if self._plain_match and hasattr(cls, "match_pooled") else None
+        cls = backend_class(self._backend_name)
+        self._pooled_cls = cls if self._plain_match and cls.pooled else None
         self._lock = threading.Lock()
         self._backend = self._make_backend()
         self._corpora = Corpora(config, backend)
@@ -146,7 +137,7 @@ class NgramCache:
         self._errors: list[BaseException] = []
 
     def _make_backend(self):
-        return _backend_class(self._backend_name)(self._config)
+        return backend_class(self._backend_name)(self._config)
 
     def warmup(self) -> "NgramCache":
         """Compile (or load from the on-disk cache) the kernels now, not on the first real call.
@@ -571,12 +562,7 @@ class NgramCache:
     def _insert_flat(self, flat: np.ndarray, offsets: np.ndarray,
                      count_from: np.ndarray | None = None) -> None:
         """Insert packed sequences (exact counting with int64 ``count_from``), lock held."""
-        packed = getattr(self._backend, "insert_packed", None)
-        if packed is not None:
-            packed(flat, offsets, count_from)
-        else:
-            self._insert([flat[offsets[i]:offsets[i + 1]] for i in range(offsets.size - 1)],
-                         None if count_from is None else count_from.tolist())
+        self._backend.insert_packed(flat, offsets, count_from)
 
     def synchronize(self) -> None:
         """Wait until every insert queued (``wait=False``) before this call has finished.
@@ -682,7 +668,7 @@ class NgramCache:
         if backend is None:
             backend = saved.saved_by_backend if saved.saved_by_backend in BACKENDS else "numba"
         cache = cls(config=saved.config, backend=backend)
-        cache._backend = _backend_class(backend).from_canonical(saved.config, saved.content)
+        cache._backend = backend_class(backend).from_canonical(saved.config, saved.content)
         c = saved.content
         if c.corpus_ids:
             try:

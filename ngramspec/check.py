@@ -265,7 +265,7 @@ def _speculative(model, stepper: tl.Stepper, prompts, outputs, c: int, config: N
                  tick, costs: Any = None) -> tuple:
     """Speculative decoding, teacher-forced: (wall seconds, steps, outputs, agreement)."""
     auto = config.min_expected_accept == "auto"
-    adaptive = config.match_type == "ADAPTIVE"
+    adaptive = not config.mode.padded  # sends real drafts + root, as the cost model prices it
     drafter = Drafter(config=config, costs=costs if auto else None)
     batch = _Batch(stepper)
     n_req = len(prompts)

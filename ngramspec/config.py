@@ -3,16 +3,43 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import json
 import operator
 import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-__all__ = ["NgramConfig", "MATCH_TYPES", "PROFILES", "PRESETS"]
+from . import config_toml
 
-MATCH_TYPES = ("BFS", "PROB", "ADAPTIVE")
+__all__ = ["NgramConfig", "MATCH_TYPES", "MATCH_MODES", "MatchMode", "PROFILES", "PRESETS"]
+
+
+
+@dataclass(frozen=True)
+class MatchMode:
+    """What the package needs to know of one ``match_type``, read from this table rather than
+    tested by name: the first place to change when adding a mode (see docs/architecture.md)."""
+
+    name: str
+    #: SGLang has it: exact by default, and :meth:`NgramConfig.to_sglang_args` passes it on.
+    sglang: bool
+    #: Children ranked by frequency (PROB): count-ordered trees and corpus automata.
+    ranked: bool
+    #: Sends ``draft_token_num`` slots every step, padding included (SGLang's); otherwise its
+    #: real drafts + the root, and a step where no request has a draft is a plain decode.
+    padded: bool
+    #: The backend call that drafts it: ``"match"`` (a tree per request from the shared trie,
+    #: SGLang's) or ``"match_adaptive"`` (trees scored across the request's sources).
+    backend_call: str
+
+
+#: Every match mode, by ``match_type``.
+MATCH_MODES: dict[str, MatchMode] = {m.name: m for m in (
+    MatchMode("BFS", sglang=True, ranked=False, padded=True, backend_call="match"),
+    MatchMode("PROB", sglang=True, ranked=True, padded=True, backend_call="match"),
+    MatchMode("ADAPTIVE", sglang=False, ranked=False, padded=False,
+              backend_call="match_adaptive"),
+)}
+MATCH_TYPES = tuple(MATCH_MODES)
 #: Options beyond SGLang (all off by default): what ``Drafter`` and the ADAPTIVE builder add.
 BEYOND_SGLANG = ("index_prompt", "exact_counts", "local_index", "min_token_prob",
                  "max_spec_factor", "min_expected_accept", "shared_pseudo_count",
@@ -314,8 +341,8 @@ class NgramConfig:
                              f"{self.shared_pseudo_count} both replace the count ratios; set "
                              "shared_pseudo_count=0 to use the calibrated estimates")
         beyond = [n for n in BEYOND_SGLANG if getattr(self, n)]
-        if self.match_type == "ADAPTIVE":
-            beyond.append("match_type='ADAPTIVE'")
+        if not self.mode.sglang:
+            beyond.append(f"match_type={self.match_type!r}")
         if beyond and self.profile != "sglang-0.5.23":
             raise ValueError(f"{', '.join(beyond)}: options beyond SGLang exist for profile "
                              f"'sglang-0.5.23' only, not {self.profile!r}")
@@ -382,6 +409,11 @@ class NgramConfig:
         options: dict[str, Any] = dict(_PRESET_OPTIONS["recommended"])
         options.update(overrides)
         return cls(**options)
+
+    @property
+    def mode(self) -> MatchMode:
+        """The :class:`MatchMode` of ``match_type``."""
+        return MATCH_MODES[self.match_type]
 
     @property
     def trie_depth(self) -> int:
@@ -562,20 +594,10 @@ class NgramConfig:
         >>> NgramConfig.from_toml(text) == NgramConfig(match_type="PROB", draft_token_num=8)
         True
         """
-        lines = [f"# ngramspec NgramConfig (profile {self.profile}); read it with "
-                 "NgramConfig.from_toml or ngramspec simulate --config FILE"]
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                text = "true" if value else "false"
-            elif isinstance(value, (int, float)):
-                text = repr(value)  # finite (validated): valid TOML integers and floats
-            else:
-                text = json.dumps(str(value))  # a TOML basic string for these plain names
-            lines.append(f"{f.name} = {text}")
-        return "\n".join(lines) + "\n"
+        return config_toml.render(
+            f"ngramspec NgramConfig (profile {self.profile}); read it with "
+            "NgramConfig.from_toml or ngramspec simulate --config FILE",
+            [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)])
 
     @classmethod
     def from_toml(cls, source: "str | os.PathLike[str]") -> "NgramConfig":
@@ -662,70 +684,10 @@ class NgramConfig:
         return args
 
 
-def _toml_kind(f: dataclasses.Field) -> type:
-    if f.name in ("match_type", "profile"):
-        return str
-    if isinstance(f.default, (bool, float)):
-        return type(f.default)
-    return int
-
-
 def toml_options(source: "str | os.PathLike[str]") -> tuple[dict[str, Any], str]:
     """The options a TOML config gives (field name to value, types checked, unvalidated) and
     the name of the source for messages: the file name, or ``"TOML"`` for text.
 
     Raises ``ValueError`` naming the source and the field at fault.
     """
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ImportError:
-            raise ValueError("reading TOML on Python < 3.11 needs tomli: "
-                             "pip install 'ngramspec[toml]'") from None
-    if isinstance(source, str):
-        where, text = "TOML", source
-    elif isinstance(source, os.PathLike):
-        where = os.fspath(source)
-        try:
-            with open(source, "rb") as fh:
-                raw = fh.read()
-        except OSError as e:
-            raise ValueError(f"{where}: cannot read the config file ({e.strerror or e})"
-                             ) from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{where}: not UTF-8 text (a TOML file is UTF-8)") from None
-    else:
-        raise TypeError(f"source must be TOML text (str) or a path (e.g. pathlib.Path), got "
-                        f"{type(source).__name__}")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        hint = ("; to read a file pass a path object, e.g. pathlib.Path(...)"
-                if where == "TOML" and "=" not in text else "")
-        raise ValueError(f"{where}: not valid TOML ({e}){hint}") from None
-    fields = {f.name: f for f in dataclasses.fields(NgramConfig)}
-    options: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{where}: unknown field {key!r}{hint}; NgramConfig fields: "
-                             f"{', '.join(fields)}")
-        kind = _toml_kind(fields[key])
-        if key == "min_expected_accept" and value == AUTO:
-            options[key] = value
-            continue
-        ok = (isinstance(value, bool) if kind is bool else
-              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
-              else isinstance(value, kind) and not isinstance(value, bool))
-        if not ok:
-            what = {bool: "true or false", float: "a number", int: "an integer",
-                    str: "a string"}[kind]
-            shown = "a table" if isinstance(value, dict) else f"{type(value).__name__} {value!r}"
-            raise ValueError(f"{where}: field {key!r} must be {what}, got {shown}")
-        options[key] = value
-    return options, where
+    return config_toml.read_options(source, dataclasses.fields(NgramConfig))

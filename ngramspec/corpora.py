@@ -344,7 +344,7 @@ class Corpora:
                              f"corpora; remove one first")
         # The bound: refused before building when even the fewest states and transitions a
         # stream of this length makes would exceed it, else after building (nothing kept).
-        least = automaton_bytes(total + 1, total, prob=cfg.match_type == "PROB") + 4 * total
+        least = automaton_bytes(total + 1, total, prob=cfg.mode.ranked) + 4 * total
         if max_bytes is not None and least > max_bytes:
             raise ValueError(_over_bytes(corpus_id, f"at least {least}", max_bytes))
         automaton = self._build(stream)
@@ -361,7 +361,7 @@ class Corpora:
     def _build(self, stream: np.ndarray):
         if self.backend == "numba":
             from .engine.sam import FlatAutomaton
-            return FlatAutomaton.build(stream, prob=self.config.match_type == "PROB")
+            return FlatAutomaton.build(stream, prob=self.config.mode.ranked)
         from .reference.sam import SuffixAutomaton
         return SuffixAutomaton.build(stream.tolist())
 
@@ -369,7 +369,7 @@ class Corpora:
         """Bytes of an automaton in the engine's records, whichever backend holds it."""
         if self.backend == "numba":
             return int(automaton.nbytes())
-        return int(automaton.nbytes(prob=self.config.match_type == "PROB"))
+        return int(automaton.nbytes(prob=self.config.mode.ranked))
 
     def remove(self, corpus_id: Any) -> None:
         if not isinstance(corpus_id, str):
@@ -502,7 +502,7 @@ class Corpora:
         tokens, offsets, total lengths) with ids ``keys``.  ``(pool, start, stop)``, or None
         where this backend has no pool (then :meth:`match`).  Only while :attr:`active`
         (checked by the caller): the kernel needs a budget of at least 1 per corpus."""
-        if self.record_parts or not hasattr(backend, "match_one_corpora"):
+        if self.record_parts or not backend.pooled:
             return None
         if self._kernel_list is None:
             self._prepare_kernel(*self.split())
@@ -580,7 +580,7 @@ class Corpora:
 
         cfg = self.config
         automata = [self.automata[c] for c in self.order]
-        prob = cfg.match_type == "PROB"
+        prob = cfg.mode.ranked
         self._split = (per, trie_budget)
         self._cp = (int(per), int(cfg.draft_token_num), int(cfg.trie_depth),
                     int(cfg.min_bfs_breadth), int(cfg.max_bfs_breadth), prob)
@@ -653,4 +653,4 @@ def _draft_batch(automaton, contexts: Sequence[np.ndarray], budget: int,
     return automaton.draft_batch(contexts, budget, max_depth=cfg.trie_depth,
                                  min_breadth=cfg.min_bfs_breadth,
                                  max_breadth=cfg.max_bfs_breadth,
-                                 prob=cfg.match_type == "PROB")
+                                 prob=cfg.mode.ranked)

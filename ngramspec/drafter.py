@@ -32,7 +32,7 @@ The options beyond SGLang (``index_prompt``, ``exact_counts``, ``local_index``; 
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -173,7 +173,7 @@ class Drafter:
         self._exact = cfg.exact_counts or cfg.local_index
         # SGLang's windows go to the shared trie (every step, or after appending in 0.5.9).
         self._windows = not self._exact or (cfg.local_index and not cfg.exact_counts)
-        can_early = cfg.stateful and self._windows and cfg.match_type != "ADAPTIVE"
+        can_early = cfg.stateful and self._windows and cfg.mode.backend_call == "match"
         if early_insert is None:
             early_insert = can_early and cache is None
         elif v.check_bool(early_insert, "early_insert") and not can_early:
@@ -182,7 +182,7 @@ class Drafter:
                              "there are the inserted windows known at propose time")
         self._early = bool(early_insert)
         # SGLang's stateful BFS/PROB match (the serving path); small arrays reused per step.
-        self._plain = cfg.stateful and cfg.match_type != "ADAPTIVE"
+        self._plain = cfg.stateful and cfg.mode.backend_call == "match"
         self._offsets1: dict[int, np.ndarray] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._one_slot: dict[int, np.ndarray] = {}
@@ -362,7 +362,7 @@ class Drafter:
         offsets = np.empty(b + 1, np.int64)
         lens = np.empty(b, np.int64)
         _steps().gather_tails(store.buf, store.size, slot_arr, length, flat, offsets, lens)
-        if cfg.match_type == "ADAPTIVE":
+        if cfg.mode.backend_call == "match_adaptive":
             ctxs = [flat[offsets[i]:offsets[i + 1]] for i in range(b)]
             local = [self._local[s] for s in slots] if cfg.local_index else None
             drafts = self.cache.match(ctxs, local=local, costs=self._costs,
@@ -596,7 +596,3 @@ class Drafter:
         if cfg.stateful:
             self.cache.erase([key])
 
-    def finish_all(self, rids: Iterable[Any] | None = None) -> None:
-        """``finish`` these requests (all in flight if omitted)."""
-        for rid in list(self._slot if rids is None else rids):
-            self.finish(rid)

@@ -126,7 +126,7 @@ def schedule(result: Any, *, concurrency: int | None = None) -> Schedule:
     start = _starts(steps, int(c))
     batch = _occupancy(start, steps)
     cfg = result.config
-    if cfg.match_type == "ADAPTIVE":
+    if not cfg.mode.padded:
         # ADAPTIVE sends its real drafts + the root; the step's forward is its largest tree.
         idx = np.repeat(start, steps) + (np.arange(int(steps.sum()))
                                          - np.repeat(np.cumsum(steps) - steps, steps))

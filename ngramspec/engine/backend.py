@@ -327,6 +327,8 @@ class EngineBackend:
     the request-id to row map.
     """
 
+    pooled = True  # the serving paths write drafts into an output pool (PooledBackend)
+
     def __init__(self, config: NgramConfig) -> None:
         self.config = config
         self.trie = TrieArrays(config.capacity)

@@ -25,6 +25,8 @@ class ReferenceBackend:
     Inputs arrive validated (1-D int32 arrays, consistent lengths) from :class:`NgramCache`.
     """
 
+    pooled = False  # no output pool: every match goes through :meth:`match`
+
     def __init__(self, config: NgramConfig) -> None:
         self.config = config
         self.trie = Trie(config.trie_depth, config.capacity)
@@ -83,6 +85,15 @@ class ReferenceBackend:
             tokens[b], mask[b] = fill_result(context[-1], n, tree)
             num_drafts[b] = used
         return tokens, mask, num_drafts
+
+    def insert_packed(self, flat: np.ndarray, offsets: np.ndarray,
+                      count_from: np.ndarray | None = None) -> None:
+        """:meth:`insert` (or :meth:`insert_counted`) of sequences packed end to end."""
+        seqs = [flat[offsets[i]:offsets[i + 1]] for i in range(offsets.size - 1)]
+        if count_from is None:
+            self.insert(seqs)
+        else:
+            self.insert_counted(seqs, count_from.tolist())
 
     def insert_counted(self, sequences: Sequence[np.ndarray], count_from: Sequence[int]) -> None:
         """Exact counting: every suffix inserted, only positions ``>= count_from`` counted."""

@@ -1,0 +1,99 @@
+"""The TOML form of a configuration: reading its options with their types checked, and writing
+one ``name = value`` line per set field.  The configuration itself is :mod:`ngramspec.config`."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+from typing import Any, Iterable, Sequence
+
+__all__ = ["read_options", "render"]
+
+
+def render(title: str, items: Sequence[tuple[str, Any]]) -> str:
+    """TOML text: a comment line, then ``name = value`` for every item whose value is set."""
+    lines = [f"# {title}"]
+    for name, value in items:
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            text = repr(value)  # finite (validated): valid TOML integers and floats
+        else:
+            text = json.dumps(str(value))  # a TOML basic string for these plain names
+        lines.append(f"{name} = {text}")
+    return "\n".join(lines) + "\n"
+
+
+def _kind(f: dataclasses.Field) -> type:
+    if f.name in ("match_type", "profile"):
+        return str
+    if isinstance(f.default, (bool, float)):
+        return type(f.default)
+    return int
+
+
+def read_options(source: "str | os.PathLike[str]", fields: Iterable[dataclasses.Field]
+                 ) -> tuple[dict[str, Any], str]:
+    """The options a TOML config gives (field name to value, types checked against
+    ``fields``, unvalidated) and the name of the source for messages: the file name, or
+    ``"TOML"`` for text.
+
+    Raises ``ValueError`` naming the source and the field at fault.
+    """
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            raise ValueError("reading TOML on Python < 3.11 needs tomli: "
+                             "pip install 'ngramspec[toml]'") from None
+    if isinstance(source, str):
+        where, text = "TOML", source
+    elif isinstance(source, os.PathLike):
+        where = os.fspath(source)
+        try:
+            with open(source, "rb") as fh:
+                raw = fh.read()
+        except OSError as e:
+            raise ValueError(f"{where}: cannot read the config file ({e.strerror or e})"
+                             ) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{where}: not UTF-8 text (a TOML file is UTF-8)") from None
+    else:
+        raise TypeError(f"source must be TOML text (str) or a path (e.g. pathlib.Path), got "
+                        f"{type(source).__name__}")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        hint = ("; to read a file pass a path object, e.g. pathlib.Path(...)"
+                if where == "TOML" and "=" not in text else "")
+        raise ValueError(f"{where}: not valid TOML ({e}){hint}") from None
+    fields = {f.name: f for f in fields}
+    options: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{where}: unknown field {key!r}{hint}; NgramConfig fields: "
+                             f"{', '.join(fields)}")
+        kind = _kind(fields[key])
+        if key == "min_expected_accept" and value == "auto":
+            options[key] = value
+            continue
+        ok = (isinstance(value, bool) if kind is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+              else isinstance(value, kind) and not isinstance(value, bool))
+        if not ok:
+            what = {bool: "true or false", float: "a number", int: "an integer",
+                    str: "a string"}[kind]
+            shown = "a table" if isinstance(value, dict) else f"{type(value).__name__} {value!r}"
+            raise ValueError(f"{where}: field {key!r} must be {what}, got {shown}")
+        options[key] = value
+    return options, where
