@@ -4,7 +4,6 @@ inserts, save/load).  Input checks live in :mod:`ngramspec._validate`, the file 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import threading
@@ -15,11 +14,12 @@ import numpy as np
 
 from . import _validate as v
 from . import persist
+from ._inserts import BackgroundInserts
 from .backends import BACKENDS, backend_class
 from .config import NgramConfig
 from .corpora import Corpora, read_corpus
 from .drafts import DraftBatch
-from .errors import BackgroundInsertError, CacheFileError
+from .errors import CacheFileError
 
 if TYPE_CHECKING:
     from ._canonical import CanonicalContent
@@ -28,11 +28,9 @@ __all__ = ["NgramCache", "BACKENDS", "cache_from_sglang_args"]
 
 
 
-# How long an idle insert thread waits for the next queued batch before it exits.
-_WORKER_LINGER_S = 0.5
 
 
-class NgramCache:
+class NgramCache(BackgroundInserts):
     """SGLang's NGRAM drafter: a trie of recent n-grams and per-request match states.
 
     Every option is keyword-only; the defaults are SGLang's server defaults.  Pass either the
@@ -128,13 +126,7 @@ class NgramCache:
         self._lock = threading.Lock()
         self._backend = self._make_backend()
         self._corpora = Corpora(config, backend)
-        # Background inserts (insert(wait=False)): FIFO queue, one worker thread at a time,
-        # counters of batches queued and finished, errors kept for the next caller.
-        self._queue: collections.deque = collections.deque()
-        self._queue_cond = threading.Condition()
-        self._queued = self._done = 0
-        self._worker_running = False
-        self._errors: list[BaseException] = []
+        self._init_inserts()
 
     def _make_backend(self):
         return backend_class(self._backend_name)(self._config)
@@ -503,52 +495,6 @@ class NgramCache:
         with self._lock:
             return self._corpora.info()
 
-    # Background inserts ------------------------------------------------------------------
-
-    def _enqueue(self, batch: list[np.ndarray], counts: list[int] | None) -> None:
-        # Copy: the caller may reuse its arrays once we return (int32 input is not copied).
-        self._push(([np.array(s, dtype=np.int32, copy=True) for s in batch], counts))
-
-    def _push(self, item: tuple) -> None:
-        """Queue ``(batch, counts)`` (or ``(None, (flat, offsets))``) for the insert thread,
-        started or woken."""
-        with self._queue_cond:
-            self._queue.append(item)
-            self._queued += 1
-            if not self._worker_running:
-                self._worker_running = True
-                threading.Thread(target=self._work, name="ngramspec-insert",
-                                 daemon=True).start()
-            else:
-                self._queue_cond.notify_all()
-
-    def _work(self) -> None:
-        """The insert thread: drains the queue in order, waits a little for more (a serving
-        loop queues every step: starting a thread costs more than a step's match), then exits
-        (restarted on demand)."""
-        while True:
-            with self._queue_cond:
-                if not self._queue:
-                    self._queue_cond.wait(_WORKER_LINGER_S)
-                if not self._queue:
-                    self._worker_running = False
-                    return
-                batch, counts = self._queue.popleft()
-            error = None
-            try:
-                with self._lock:
-                    if batch is None:  # packed by a Drafter: (flat, offsets)
-                        self._insert_flat(*counts)
-                    else:
-                        self._insert(batch, counts)
-            except BaseException as e:  # kept for the caller, never lost
-                error = e
-            with self._queue_cond:
-                if error is not None:
-                    self._errors.append(error)
-                self._done += 1  # only now is this batch FINISHED
-                self._queue_cond.notify_all()
-
     def _insert_packed(self, flat: np.ndarray, offsets: np.ndarray, *, wait: bool) -> None:
         """A :class:`Drafter`'s insert of non-empty windows it packed itself (int32 ``flat``,
         int64 ``offsets``, never written again by it): no checks, no copies."""
@@ -563,27 +509,6 @@ class NgramCache:
                      count_from: np.ndarray | None = None) -> None:
         """Insert packed sequences (exact counting with int64 ``count_from``), lock held."""
         self._backend.insert_packed(flat, offsets, count_from)
-
-    def synchronize(self) -> None:
-        """Wait until every insert queued (``wait=False``) before this call has finished.
-
-        Unlike SGLang 0.5.9's ``synchronize``, which returned once the queue was empty while
-        the last insert could still be running, this waits for the inserts themselves.  If
-        a background insert failed, raises :class:`~ngramspec.errors.BackgroundInsertError`
-        (once) with the first failure as its cause; the batches queued after it were still
-        inserted.
-        """
-        if self._done == self._queued and not self._errors:
-            return  # nothing queued: the common case, no lock taken
-        with self._queue_cond:
-            target = self._queued
-            while self._done < target:
-                self._queue_cond.wait()
-            errors, self._errors = self._errors, []
-        if errors:
-            raise BackgroundInsertError(
-                f"{len(errors)} background insert(s) failed; the first: "
-                f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
 
     # Integrity and persistence -----------------------------------------------------------
 

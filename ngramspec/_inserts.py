@@ -1,0 +1,98 @@
+"""The insert thread of :class:`~ngramspec.NgramCache`: ``insert(wait=False)`` queues a batch
+and returns; one worker thread inserts the queue in order under the cache's lock, and
+``synchronize`` waits for what was queued before it.
+
+A mixin, so that the cache's hot paths read the counters as plain attributes of the cache.
+The cache provides ``_lock``, ``_insert(batch, counts)`` and ``_insert_flat(flat, offsets)``.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import numpy as np
+
+from .errors import BackgroundInsertError
+
+__all__ = ["BackgroundInserts"]
+
+# How long an idle insert thread waits for the next queued batch before it exits.
+_WORKER_LINGER_S = 0.5
+
+
+class BackgroundInserts:
+    """FIFO queue, one worker thread at a time, counters of batches queued and finished,
+    errors kept for the next caller."""
+
+    def _init_inserts(self) -> None:
+        self._queue: collections.deque = collections.deque()
+        self._queue_cond = threading.Condition()
+        self._queued = self._done = 0
+        self._worker_running = False
+        self._errors: list[BaseException] = []
+
+    def _enqueue(self, batch: list[np.ndarray], counts: list[int] | None) -> None:
+        # Copy: the caller may reuse its arrays once we return (int32 input is not copied).
+        self._push(([np.array(s, dtype=np.int32, copy=True) for s in batch], counts))
+
+    def _push(self, item: tuple) -> None:
+        """Queue ``(batch, counts)`` (or ``(None, (flat, offsets))``) for the insert thread,
+        started or woken."""
+        with self._queue_cond:
+            self._queue.append(item)
+            self._queued += 1
+            if not self._worker_running:
+                self._worker_running = True
+                threading.Thread(target=self._work, name="ngramspec-insert",
+                                 daemon=True).start()
+            else:
+                self._queue_cond.notify_all()
+
+    def _work(self) -> None:
+        """The insert thread: drains the queue in order, waits a little for more (a serving
+        loop queues every step: starting a thread costs more than a step's match), then exits
+        (restarted on demand)."""
+        while True:
+            with self._queue_cond:
+                if not self._queue:
+                    self._queue_cond.wait(_WORKER_LINGER_S)
+                if not self._queue:
+                    self._worker_running = False
+                    return
+                batch, counts = self._queue.popleft()
+            error = None
+            try:
+                with self._lock:
+                    if batch is None:  # packed by a Drafter: (flat, offsets)
+                        self._insert_flat(*counts)
+                    else:
+                        self._insert(batch, counts)
+            except BaseException as e:  # kept for the caller, never lost
+                error = e
+            with self._queue_cond:
+                if error is not None:
+                    self._errors.append(error)
+                self._done += 1  # only now is this batch FINISHED
+                self._queue_cond.notify_all()
+
+    def synchronize(self) -> None:
+        """Wait until every insert queued (``wait=False``) before this call has finished.
+
+        Unlike SGLang 0.5.9's ``synchronize``, which returned once the queue was empty while
+        the last insert could still be running, this waits for the inserts themselves.  If
+        a background insert failed, raises :class:`~ngramspec.errors.BackgroundInsertError`
+        (once) with the first failure as its cause; the batches queued after it were still
+        inserted.
+        """
+        if self._done == self._queued and not self._errors:
+            return  # nothing queued: the common case, no lock taken
+        with self._queue_cond:
+            target = self._queued
+            while self._done < target:
+                self._queue_cond.wait()
+            errors, self._errors = self._errors, []
+        if errors:
+            raise BackgroundInsertError(
+                f"{len(errors)} background insert(s) failed; the first: "
+                f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
