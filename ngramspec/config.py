@@ -132,7 +132,9 @@ class NgramConfig:
       skip the shortest ``min_match_window_size`` suffixes, stateless matching.
 
     Options of one profile are an error in the other; an option left at ``None`` takes the
-    profile's default.
+    profile's default.  The Other Parameters are options beyond SGLang (``sglang-0.5.23``
+    profile only; all off by default, so that the default stays SGLang-exact;
+    :meth:`recommended` turns on the combination measured best).
 
     Parameters
     ----------
@@ -157,9 +159,8 @@ class NgramConfig:
     profile : {"sglang-0.5.23", "sglang-0.5.9"}
         Which SGLang release's behaviour to reproduce.
 
-    Options beyond SGLang (``sglang-0.5.23`` profile only; all off by default, so that the
-    default stays SGLang-exact; :meth:`recommended` turns on the combination measured best):
-
+    Other Parameters
+    ----------------
     index_prompt : bool
         :class:`~ngramspec.Drafter` indexes each request's whole prompt when it is added
         (SGLang's worker only ever inserts the last ``max_trie_depth`` prompt tokens).
@@ -172,7 +173,7 @@ class NgramConfig:
         :class:`~ngramspec.Drafter` keeps a per-request trie of the request's own prompt and
         output (exact counts) beside the shared trie, which then receives a request's sequence
         when it finishes; ADAPTIVE drafts from the request's own trie first.
-    match_type="ADAPTIVE"
+    match_type : "ADAPTIVE"
         Best-first expansion by an estimated path probability (products of
         ``freq(child) / freq(node)``), anchors longest first, into one tree; per-slot
         probabilities and the expected accept length are on the :class:`~ngramspec.DraftBatch`.
