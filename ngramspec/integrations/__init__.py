@@ -1,0 +1,11 @@
+"""Adapters to serving engines' interfaces.
+
+:mod:`ngramspec.integrations.sglang`
+    ``NgramCorpus``: a drop-in for SGLang 0.5.23's NGRAM drafter class, backed by ngramspec
+    (any :class:`~ngramspec.NgramConfig`); imports nothing of SGLang.
+:mod:`ngramspec.integrations.sglang_launch`
+    Switching it on in SGLang's server (``ngramspec sglang-launch``, SGLang's plugin entry
+    point); the one place that imports SGLang, and only when run.
+
+Nothing is imported here eagerly: ``import ngramspec`` never loads these modules.
+"""

@@ -1,0 +1,376 @@
+"""``NgramCorpus``: SGLang 0.5.23's NGRAM drafter class, backed by ngramspec.
+
+SGLang's NGRAM worker (``sglang/srt/speculative/ngram_worker.py``) talks to its drafter only
+through ``sglang.srt.speculative.cpp_ngram.ngram_corpus.NgramCorpus``; this class has the same
+constructor keywords, methods, return types, shapes and dtypes, so that replacing that name
+puts any :class:`~ngramspec.NgramConfig` into the server (see
+:mod:`ngramspec.integrations.sglang_launch` and ``docs/sglang.md``).  Nothing of SGLang is
+imported here.
+
+Two ways of running, chosen by the configuration:
+
+* **SGLang-exact** (SGLang's keywords alone, or any ``sglang_exact`` config): an
+  :class:`~ngramspec.NgramCache` does what SGLang's C++ object does, call for call: ``batch_put``
+  queues the windows for the cache's insert thread and returns, ``synchronize`` waits for them,
+  ``batch_get`` matches statefully per request id.  Every draft equals SGLang's own.
+* **Beyond SGLang** (``recommended()``, ADAPTIVE trees, prompt indexing, exact counts, a
+  per-request index): a :class:`~ngramspec.Drafter` over the cache, fed from what the worker
+  sends.  Each ``batch_get`` reads what every request emitted since its last draft from the
+  growth of its ``total_lens`` and the tail of its context (``accept``), forgets the requests
+  that left the batch (``finish``), adds the new ones (``add_request``) and proposes.  Trees
+  that use fewer slots are padded to ``draft_token_num`` the way SGLang pads its own (token
+  0, a mask row of the root and the slot itself), so the worker's verification is unchanged.
+  ``batch_put`` has nothing left to do (the windows it carries are the contexts already seen).
+  What the worker's calls cannot tell (a request's prompt beyond its last ``max_trie_depth``
+  tokens; what a request emitted at its last step) comes from :meth:`NgramCorpus.note_prompts`
+  and :meth:`NgramCorpus.note_finished`, which the launcher's worker hook calls; without them
+  the drafter indexes what it sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, Hashable
+
+import numpy as np
+
+from .. import _validate as v
+from ..cache import NgramCache
+from ..config import PRESETS, NgramConfig
+from ..drafter import Drafter
+
+__all__ = ["NgramCorpus", "resolve_config", "SEPARATOR_TOKEN"]
+
+logger = logging.getLogger(__name__)
+
+#: The token SGLang puts between the documents of an external corpus.
+SEPARATOR_TOKEN = -(2**31)
+
+# SGLang's NgramCorpus defaults (the class's, not the server's).
+_SGLANG_DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=8,
+                        draft_token_num=8, match_type="BFS", capacity=1_000_000,
+                        external_sam_budget=0, external_corpus_max_tokens=10_000_000)
+_EMPTY = np.zeros(0, np.int64)
+
+
+def resolve_config(config: Any) -> NgramConfig:
+    """An :class:`~ngramspec.NgramConfig` from a config, a preset name (one of
+    :data:`ngramspec.config.PRESETS`) or a TOML file's path.
+
+    Examples
+    --------
+    >>> resolve_config("recommended").match_type
+    'ADAPTIVE'
+    """
+    if isinstance(config, NgramConfig):
+        return config
+    if isinstance(config, str) and config in PRESETS:
+        return NgramConfig.preset(config)
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        if not os.path.isfile(path):
+            raise ValueError(f"config must be an NgramConfig, a preset ({', '.join(PRESETS)}) "
+                             f"or a TOML file; {path!r} is none of these")
+        from pathlib import Path
+
+        return NgramConfig.from_toml(Path(path))
+    raise TypeError(f"config must be an NgramConfig, a preset name or a TOML path, got "
+                    f"{type(config).__name__}")
+
+
+class NgramCorpus:
+    """SGLang 0.5.23's ``NgramCorpus`` (same keywords, methods and outputs), backed by ngramspec.
+
+    Parameters
+    ----------
+    max_trie_depth, min_bfs_breadth, max_bfs_breadth, draft_token_num, match_type, capacity
+        SGLang's keywords, with the defaults of SGLang's class.  Alone they give exactly
+        SGLang's drafter.
+    external_sam_budget, external_corpus_max_tokens
+        SGLang's external corpora (see :meth:`~ngramspec.NgramCache.add_corpus`).
+    config : NgramConfig, str or path, optional
+        Keyword-only: the configuration to run instead (a config, a preset name such as
+        ``"recommended"``, or a TOML file).  The worker sizes its buffers and its windows by
+        the keywords it passes, so ``draft_token_num`` and ``max_trie_depth`` must equal the
+        config's (``to_sglang_args(plugin=True)`` gives the server arguments that make them
+        so); the config decides everything else.
+    backend : {"numba", "reference"}
+        Keyword-only: the cache's backend.
+    costs : CostTable or CostModel, optional
+        Keyword-only: step costs, for configs with ``min_expected_accept="auto"``.
+
+    Examples
+    --------
+    >>> from ngramspec.integrations.sglang import NgramCorpus
+    >>> corpus = NgramCorpus(max_trie_depth=12, draft_token_num=8)
+    >>> corpus.batch_put([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [1, 2, 3, 44, 55, 66, 77, 88, 99, 100]])
+    >>> corpus.synchronize()
+    >>> tokens, mask = corpus.batch_get(["q0", "q1"], [[1, 2, 3], [3, 44]], [3, 2])
+    >>> tokens.dtype, tokens.shape, mask.shape
+    (dtype('int64'), (16,), (128,))
+    >>> tokens.reshape(2, 8).tolist()
+    [[3, 4, 44, 5, 55, 6, 66, 77], [44, 55, 66, 77, 88, 99, 100, 0]]
+    """
+
+    def __init__(self, max_trie_depth: int = 18, min_bfs_breadth: int = 1,
+                 max_bfs_breadth: int = 8, draft_token_num: int = 8, match_type: str = "BFS",
+                 capacity: int = 1_000_000, external_sam_budget: int = 0,
+                 external_corpus_max_tokens: int = 10_000_000, *,
+                 config: NgramConfig | str | os.PathLike | None = None,
+                 backend: str = "numba", costs: Any = None) -> None:
+        given = dict(max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
+                     max_bfs_breadth=max_bfs_breadth, draft_token_num=draft_token_num,
+                     match_type=match_type, capacity=capacity,
+                     external_sam_budget=external_sam_budget,
+                     external_corpus_max_tokens=external_corpus_max_tokens)
+        if config is None:
+            if match_type not in ("BFS", "PROB"):  # SGLang's own words
+                raise ValueError(f"Unknown match_type: '{match_type}'. Must be 'BFS' or 'PROB'.")
+            cfg = NgramConfig(**given)
+        else:
+            cfg = resolve_config(config)
+            if cfg.profile != "sglang-0.5.23":
+                raise ValueError(f"config has profile {cfg.profile!r}; SGLang 0.5.23's worker "
+                                 "runs profile 'sglang-0.5.23' configurations")
+            for name, flag in (("draft_token_num", "--speculative-num-draft-tokens"),
+                               ("max_trie_depth", "--speculative-ngram-max-trie-depth")):
+                if given[name] != getattr(cfg, name):
+                    raise ValueError(
+                        f"the worker passed {name}={given[name]} but the config has "
+                        f"{getattr(cfg, name)}: the worker sizes its buffers and windows by "
+                        f"it; start the server with {flag} {getattr(cfg, name)} "
+                        "(NgramConfig.to_sglang_args(plugin=True) lists every argument)")
+        self._config = cfg
+        self.draft_token_num = cfg.draft_token_num
+        self.external_corpus_max_tokens = cfg.external_corpus_max_tokens
+        self._corpus_token_counts: dict[str, int] = {}
+        self._total_loaded_tokens = 0
+        self._cache = NgramCache(config=cfg, backend=backend).warmup()
+        self._exact = cfg.sglang_exact
+        self._costs = costs
+        self._drafter: Drafter | None = None
+        if not self._exact:
+            self._drafter = Drafter(cache=self._cache, costs=costs)
+            _warm_drafter(cfg, backend, costs)
+        self._seen: dict[Hashable, int] = {}  # request -> total length at its last draft
+        self._prompts: dict[Hashable, np.ndarray] = {}
+        self._final: dict[Hashable, np.ndarray] = {}
+
+    # ---- what SGLang's worker calls ---------------------------------------------------------
+
+    @property
+    def config(self) -> NgramConfig:
+        """The configuration this drafter runs."""
+        return self._config
+
+    @property
+    def cache(self) -> NgramCache:
+        """The shared :class:`~ngramspec.NgramCache` (the trie every request drafts from)."""
+        return self._cache
+
+    def batch_put(self, batch_tokens: Sequence[Sequence[int]]) -> None:
+        """Insert each window (SGLang: the last ``max_trie_depth`` tokens of each request of
+        the step) into the trie, in a background thread; returns at once.  Beyond SGLang the
+        windows are the contexts ``batch_get`` already saw, and the drafter's own policy
+        inserts what the requests emitted at the next ``batch_get``: nothing is done here."""
+        if self._exact:
+            self._cache.insert(batch_tokens, wait=False)
+
+    def synchronize(self) -> None:
+        """Wait until every window queued by ``batch_put`` is in the trie."""
+        self._cache.synchronize()
+
+    def batch_get(self, req_ids: Sequence[Hashable], batch_tokens: Sequence[Sequence[int]],
+                  total_lens: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Draft a tree per request: ``(tokens, mask)``, flat int64 arrays of
+        ``len(req_ids) * draft_token_num`` and ``len(req_ids) * draft_token_num ** 2``.
+
+        ``batch_tokens[i]`` is the tail of request ``req_ids[i]`` (its last token is the
+        tree's root), ``total_lens[i]`` the request's full length.
+        """
+        if not (len(req_ids) == len(batch_tokens) == len(total_lens)):
+            raise ValueError("batchMatch expects state_ids, tokens, and total_lens to match in "
+                             "size")
+        if not len(req_ids):
+            return _EMPTY.copy(), _EMPTY.copy()
+        if self._exact:
+            d = self._cache.match(batch_tokens, request_ids=req_ids, total_lens=total_lens)
+        else:
+            d = self._step(req_ids, batch_tokens, total_lens)
+        return d.tokens.reshape(-1).astype(np.int64), d.mask.reshape(-1).astype(np.int64)
+
+    def erase_match_state(self, req_ids: Sequence[Hashable]) -> None:
+        """Forget these requests (their match states; beyond SGLang, their bookkeeping)."""
+        keys = v.as_request_ids(list(req_ids))
+        if self._exact:
+            self._cache.erase(keys)
+            return
+        assert self._drafter is not None
+        known = set(self._drafter.requests)
+        for k in keys:
+            if k in known:
+                self._drafter.finish(k)
+            self._forget(k)
+
+    def reset(self) -> None:
+        """Empty the trie and forget every request (SGLang's cache flush; corpora stay)."""
+        self._cache.reset()
+        if not self._exact:
+            self._drafter = Drafter(cache=self._cache, costs=self._costs)
+        self._seen.clear()
+        self._final.clear()
+
+    # ---- external corpora (SGLang's bookkeeping, ngramspec's automata) ------------------------
+
+    @property
+    def remaining_token_budget(self) -> int:
+        """Corpus tokens that may still be loaded (``external_corpus_max_tokens`` less those
+        committed)."""
+        return self.external_corpus_max_tokens - self._total_loaded_tokens
+
+    def load_external_corpus_named(self, corpus_id: str,
+                                   chunks: Iterable[Sequence[int]]) -> int:
+        """Load a corpus given as SGLang's token chunks (documents separated by
+        :data:`SEPARATOR_TOKEN`); returns the tokens loaded.  Commit them with
+        :meth:`commit_external_corpus_load`."""
+        if corpus_id in self._corpus_token_counts:
+            raise ValueError(f"External corpus '{corpus_id}' already exists. Remove it before "
+                             "adding a new corpus with the same id.")
+        budget = self.remaining_token_budget
+        parts: list[np.ndarray] = []
+        loaded = 0
+        for chunk in chunks:
+            arr = np.asarray(list(chunk), np.int64)
+            if loaded + arr.size > budget:
+                raise ValueError("External ngram corpus exceeds the remaining token budget "
+                                 f"({budget}) after loading {loaded} tokens.")
+            loaded += arr.size
+            parts.append(arr)
+        stream = np.concatenate(parts) if parts else _EMPTY
+        cuts = np.flatnonzero(stream == SEPARATOR_TOKEN)
+        docs = [d for d in np.split(stream, cuts) if d.size]
+        docs = [d[1:] if d[0] == SEPARATOR_TOKEN else d for d in docs]
+        self._cache.add_corpus(corpus_id, [d for d in docs if d.size])
+        return loaded
+
+    def commit_external_corpus_load(self, corpus_id: str, loaded_token_count: int) -> None:
+        """Count a loaded corpus against the token budget."""
+        self._corpus_token_counts[corpus_id] = loaded_token_count
+        self._total_loaded_tokens += loaded_token_count
+
+    def remove_external_corpus(self, corpus_id: str) -> None:
+        """Unload a corpus (an unknown id is a no-op, as in SGLang)."""
+        if corpus_id in self._cache.corpora():
+            self._cache.remove_corpus(corpus_id)
+        self._total_loaded_tokens -= self._corpus_token_counts.pop(corpus_id, 0)
+
+    def list_external_corpora(self) -> dict[str, int]:
+        """``{corpus_id: tokens}`` of the loaded corpora."""
+        return self._cache.corpora()
+
+    # ---- beyond SGLang: what the worker hook tells ---------------------------------------------
+
+    def note_prompts(self, req_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]) -> None:
+        """The full prompts of requests not drafted yet (for ``index_prompt`` & co.; the
+        worker's contexts hold only their last ``max_trie_depth`` tokens)."""
+        keys = v.as_request_ids(list(req_ids))
+        seqs = v.as_batch(list(prompts), "prompts")
+        if len(seqs) != len(keys):
+            raise ValueError(f"{len(keys)} req_ids but {len(seqs)} prompts")
+        self._prompts.update(zip(keys, seqs))
+
+    def note_finished(self, req_ids: Sequence[Hashable],
+                      sequences: Sequence[Sequence[int]]) -> None:
+        """The full sequences (prompt + output) of requests that left the batch, before the
+        next ``batch_get``: their last step's tokens, which no later context shows."""
+        keys = v.as_request_ids(list(req_ids))
+        seqs = v.as_batch(list(sequences), "sequences")
+        if len(seqs) != len(keys):
+            raise ValueError(f"{len(keys)} req_ids but {len(seqs)} sequences")
+        self._final.update(zip(keys, seqs))
+
+    # ---- the Drafter path ----------------------------------------------------------------------
+
+    def _forget(self, key: Hashable) -> None:
+        self._seen.pop(key, None)
+        self._prompts.pop(key, None)
+        self._final.pop(key, None)
+
+    def _step(self, req_ids, batch_tokens, total_lens):
+        dr = self._drafter
+        assert dr is not None
+        keys = v.as_request_ids(list(req_ids), len(batch_tokens))
+        tails = v.as_contexts(batch_tokens, "batch_tokens")
+        lens = v.as_total_lens(total_lens, tails)
+        row = {k: i for i, k in enumerate(keys)}
+        if len(row) != len(keys):
+            raise ValueError("req_ids holds an id twice; each request is drafted once per step")
+        emitted: dict[Hashable, np.ndarray] = {}
+        drop, leaving = [], []
+        for k in dr.pending:
+            i = row.get(k)
+            if i is not None:
+                new = int(lens[i]) - self._seen[k]
+                if 1 <= new <= tails[i].size:
+                    emitted[k] = tails[i][-new:]
+                else:  # not a continuation of its last draft: start it afresh
+                    drop.append(k)
+            elif k in self._final:
+                seq = self._final[k]
+                new = seq.size - self._seen[k]
+                (emitted.__setitem__(k, seq[-new:]) if new >= 1 else drop.append(k))
+                leaving.append(k)
+            else:
+                drop.append(k)
+        for k in drop:
+            dr.finish(k)
+            if k not in row:
+                self._forget(k)
+        if emitted:
+            try:
+                dr.accept(emitted)
+            except ValueError as e:  # tokens that are no path of their tree: start afresh
+                logger.warning("ngramspec: %s; restarting those requests' drafting", e)
+                for k in emitted:
+                    dr.finish(k)
+        known = set(dr.requests)
+        for k in leaving:
+            if k in known:
+                dr.finish(k)
+            self._forget(k)
+        for k in known - row.keys() - set(leaving):
+            dr.finish(k)
+            self._forget(k)
+        known = set(dr.requests)
+        for i, k in enumerate(keys):
+            if k not in known:
+                dr.add_request(k, *self._first_sequence(k, tails[i], int(lens[i])))
+        drafts = dr.propose(list(keys))
+        self._seen.update(zip(keys, lens.tolist()))
+        return drafts
+
+    def _first_sequence(self, key: Hashable, tail: np.ndarray, total: int
+                        ) -> tuple[np.ndarray, int]:
+        """(prompt, first token) of a request seen for the first time: its noted prompt and
+        the first token after it, else its visible tail."""
+        prompt = self._prompts.get(key)
+        if prompt is not None:
+            after = total - prompt.size
+            if 1 <= after <= tail.size:
+                return prompt, int(tail[tail.size - after])
+        return tail[:-1], int(tail[-1])
+
+
+def _warm_drafter(cfg: NgramConfig, backend: str, costs: Any) -> None:
+    """Compile the Drafter's kernels for this config now (a throwaway run of one request), not
+    at the server's first decode step."""
+    scratch = Drafter(config=cfg.replace(capacity=max(cfg.trie_depth + 1, 64)), backend=backend,
+                      costs=costs)
+    scratch.add_request(0, [1, 2, 3, 1, 2], first_token=3)
+    d = scratch.propose([0])
+    scratch.accept({0: [int(d.tokens[0, 1]) if d.num_drafts[0] else 1]})
+    scratch.propose([0])
+    scratch.accept({0: [1]})
+    scratch.finish(0)
