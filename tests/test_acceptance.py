@@ -318,9 +318,9 @@ def test_cli_auto(tmp_path, streams, capsys):
 
 
 def test_fitted_table_array_is_the_kernels_table():
-    """``fit_acceptance.table_array`` (the tables its cross-validation replays) lays a fit out
+    """``benchmarks.common.table_array`` (the tables cross-validation replays) lays a fit out
     as ``calibration_array`` does: the shipped coefficients give the shipped array."""
-    from benchmarks import fit_acceptance as fit
+    from benchmarks import common as fit
     from ngramspec._acceptance_table import COEFFICIENTS
 
     assert_array_equal(fit.table_array(np.asarray(COEFFICIENTS)),
@@ -328,10 +328,10 @@ def test_fitted_table_array_is_the_kernels_table():
 
 
 def test_cross_validation_fits_halves_and_restores_the_table():
-    """``fit_acceptance.cross_validate``: two folds per halving for every edge set, each a
+    """``benchmarks.common.cross_validate``: two folds per halving for every edge set, each a
     worst-bin error; the shipped table is in place afterwards."""
     import ngramspec.calibration_table as acceptance
-    from benchmarks import fit_acceptance as fit
+    from benchmarks import common as fit
 
     rows = [{"id": f"t/{i}", "task": "t", "prompt_ids": [1, 2, 3, 1, 2],
              "output_ids": [3, 1, 2, 3, 9, 1, 2, 3]} for i in range(4)]
@@ -356,10 +356,10 @@ def test_cross_validation_fits_halves_and_restores_the_table():
     (["--estimates", "exact"], "--estimates must name counts and/or calibrated"),
 ])
 def test_cost_optimal_trees_refuses_bad_options(monkeypatch, capsys, argv, match):
-    from benchmarks import cost_optimal_trees as cot
+    import runpy
 
     monkeypatch.setattr("sys.argv", ["cost_optimal_trees.py", *argv])
     with pytest.raises(SystemExit) as exc:
-        cot.main()
+        runpy.run_module("benchmarks.studies.cost_optimal_trees", run_name="__main__")
     assert exc.value.code == 2
     assert match in capsys.readouterr().err

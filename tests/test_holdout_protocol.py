@@ -1,4 +1,4 @@
-"""The evaluation protocol of ``benchmarks/holdout.py``: parts, pooling, and the comparison
+"""The evaluation protocol of ``benchmarks.peers.protocol``: parts, pooling, and the comparison
 with a peer's curve at the same draft tokens per step (interpolated, never extrapolated)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ngramspec as ns
-from benchmarks import holdout as H
+from benchmarks.peers import protocol as H
 from ngramspec.holdout import split_of
 
 

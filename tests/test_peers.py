@@ -13,7 +13,7 @@ import pytest
 
 import ngramspec as ns
 
-from benchmarks import drafter_replay as dr
+from benchmarks.peers import replay as dr
 from benchmarks.peers.prompt_lookup import PromptLookupProposer, prompt_lookup
 
 

@@ -1,19 +1,14 @@
 """asv benchmarks of external corpora through the public API: building an automaton
 (``add_corpus``) and matching with corpora loaded.
 
-For the ratios against SGLang's C++ core, run ``python benchmarks/compare_corpora.py``.
+For the ratios against SGLang's C++ core, run ``python -m benchmarks.studies.compare_corpora``.
 """
 
 import ngramspec as ns
 
-from .compare_sglang import load_rows, trace
+from benchmarks.common import DEFAULTS as SGLANG, documents, load_rows, trace
 
-DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12,
-                capacity=1_000_000)
-
-
-def _documents():
-    return [r["prompt_ids"] + r["output_ids"] for r in load_rows()]
+DEFAULTS = dict(SGLANG, capacity=1_000_000)
 
 
 class AddCorpus:
@@ -25,7 +20,7 @@ class AddCorpus:
     param_names = ["match_type"]
 
     def setup(self, match_type):
-        self.docs = _documents()
+        self.docs = documents()
         self.cache = ns.NgramCache(**DEFAULTS, match_type=match_type, external_sam_budget=4)
         self.cache.warmup()
         self.n = 0

@@ -1,14 +1,12 @@
 """asv benchmarks of the engine through the public API, one class per operation.
 
 Run ``asv run --quick`` (or ``asv run -E existing``) from the repository root.  For the ratio
-against SGLang's C++ core, run ``python benchmarks/compare_sglang.py``.
+against SGLang's C++ core, run ``python -m benchmarks.studies.compare_sglang``.
 """
 
 import ngramspec as ns
 
-from .compare_sglang import bulk_sequence, load_rows, trace
-
-DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12)
+from benchmarks.common import DEFAULTS, bulk_sequence, load_rows, nbytes, trace
 
 
 def _steps(concurrency):
@@ -79,18 +77,16 @@ class BulkInsert:
 
 
 class Memory:
-    """Bytes per trie node after a bulk insert of 100,000 tokens (the figure compare_sglang.py
+    """Bytes per trie node after a bulk insert of 100,000 tokens (the figure ``compare_sglang``
     sets beside SGLang's)."""
 
     def setup(self):
         self.seq = bulk_sequence(load_rows(), 100_000)
 
     def track_bytes_per_node(self):
-        from .compare_sglang import _nbytes
-
         cache = ns.NgramCache(**DEFAULTS, capacity=2_000_000)
         cache.insert([self.seq])
-        return _nbytes(cache) / len(cache)
+        return nbytes(cache) / len(cache)
 
     track_bytes_per_node.unit = "bytes"
 
@@ -100,7 +96,7 @@ class StepAPI:
     ``verify_greedy`` and ``Drafter.accept(result)`` for ``batch`` requests admitted from the
     shipped streams (the target's argmax is a fixed array, so each step emits a padding token
     and a bonus).  For the ratio against SGLang's C++ match on recorded traffic, run
-    ``python benchmarks/step_api.py``."""
+    ``python -m benchmarks.studies.step_api``."""
 
     params = (["sglang", "recommended"], [1, 48])
     param_names = ["config", "batch"]

@@ -35,6 +35,7 @@ response, including the running one, is searchable by all later requests (global
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -103,8 +104,8 @@ def _download_sdist(tmp: Path) -> Path:
 
 
 def build() -> Path:
-    """Download the sdist and build ``suffix_decoding._C`` once; return the directory to put
-    on ``sys.path`` (it holds an importable ``arctic_inference`` package)."""
+    """Download the sdist and build ``suffix_decoding._C`` once; return the directory that
+    holds the built ``arctic_inference`` package."""
     out = _cache_dir() / f"arctic-inference-{ARCTIC_VERSION}"
     pkg_root = out / "pkg"
     sd = pkg_root / "arctic_inference" / "suffix_decoding"
@@ -146,15 +147,23 @@ def build() -> Path:
 
 def load():
     """The ``arctic_inference.suffix_decoding`` module (built on first use)."""
-    root = str(build())
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    if "arctic_inference" not in sys.modules:
+        # The built package by its file, under its own name (the import path stays as it is;
+        # its submodules are found through the package's own search location).
+        init = build() / "arctic_inference" / "__init__.py"
+        spec = importlib.util.spec_from_file_location(
+            "arctic_inference", init, submodule_search_locations=[str(init.parent)])
+        if spec is None or spec.loader is None:
+            raise PeerUnavailable(f"cannot load the built package at {init.parent}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["arctic_inference"] = module
+        spec.loader.exec_module(module)
     return importlib.import_module("arctic_inference.suffix_decoding")
 
 
 class ArcticProposer:
     """Arctic's ``SuffixDecodingCache`` behind the tree-proposer protocol of
-    ``benchmarks/drafter_replay.py`` (``start`` / ``propose`` / ``on_accept`` / ``stop``).
+    ``benchmarks/peers/replay.py`` (``start`` / ``propose`` / ``on_accept`` / ``stop``).
 
     Keywords: ``max_tree_depth``, ``max_cached_requests`` (the cache's constructor) and
     ``max_spec_tokens``, ``max_spec_factor``, ``max_spec_offset``, ``min_token_prob``,

@@ -53,7 +53,7 @@ def prompt_lookup(context, *, min_n: int = 1, max_n: int = 3, k: int = 8,
 
 
 class PromptLookupProposer:
-    """Prompt lookup behind the tree-proposer protocol of ``benchmarks/drafter_replay.py``:
+    """Prompt lookup behind the tree-proposer protocol of ``benchmarks/peers/replay.py``:
     a chain of up to ``k`` tokens (parents -1, 0, 1, ...)."""
 
     name = "prompt lookup"

@@ -40,23 +40,21 @@ proposer may set ``last_overhead_ns`` after ``propose`` to exclude its adapter-o
 as converting its own tree format into parent arrays).
 
 Proposers here: :class:`NgramspecProposer` (``ns.Drafter``: SGLang 0.5.23 exact by default, any
-``NgramConfig`` via ``config=``), ``peers.prompt_lookup.PromptLookupProposer`` and
-``peers.arctic.ArcticProposer``; :func:`make_proposer` builds them by name.
+``NgramConfig`` via ``config=``), ``benchmarks.peers.prompt_lookup.PromptLookupProposer`` and
+``benchmarks.peers.arctic.ArcticProposer``; :func:`make_proposer` builds them by name.
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence
 
 import numpy as np
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).parent))
+from benchmarks.common import load_rows
 
 __all__ = ["TreeProposer", "NgramspecProposer", "RequestStats", "GroupStats", "greedy_accept",
            "replay_request", "replay", "pool", "make_proposer", "load_rows", "PROPOSERS"]
@@ -283,17 +281,17 @@ class NgramspecProposer:
 
 
 def _prompt_lookup(**kw):
-    from peers.prompt_lookup import PromptLookupProposer
+    from .prompt_lookup import PromptLookupProposer
     return PromptLookupProposer(**kw)
 
 
 def _arctic(**kw):
-    from peers.arctic import ArcticProposer
+    from .arctic import ArcticProposer
     return ArcticProposer(**kw)
 
 
 class SglangCppProposer:
-    """SGLang 0.5.23's C++ core itself (``benchmarks/peers/sglang.py``), driven as its worker
+    """SGLang 0.5.23's C++ core itself (:mod:`benchmarks.peers.sglang`), driven as its worker
     drives it: match the last ``max_trie_depth`` tokens statefully, then insert that window.
 
     ``c_ns`` accumulates the wall time spent inside its C entry points only, on inputs packed
@@ -302,7 +300,7 @@ class SglangCppProposer:
     name = "SGLang C++"
 
     def __init__(self, match_type: str = "BFS", capacity: int = 2_000_000) -> None:
-        from peers.sglang import SglangPeer
+        from .sglang import SglangPeer
         self.peer = SglangPeer(match_type=match_type, capacity=capacity)
         self.depth = self.peer.depth
         self.c_ns = 0
@@ -351,10 +349,3 @@ def make_proposer(name: str, **settings: Any) -> TreeProposer:
     if name not in PROPOSERS:
         raise ValueError(f"unknown proposer {name!r}; known: {sorted(PROPOSERS)}")
     return PROPOSERS[name](**settings)
-
-
-def load_rows(limit: int | None = None) -> list[dict]:
-    """The recorded streams shipped with ngramspec (133 requests), in file order."""
-    from ngramspec.streams import embedded_streams_path, read_streams
-    rows = read_streams(embedded_streams_path())
-    return rows if limit is None else rows[:limit]

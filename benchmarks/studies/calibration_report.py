@@ -8,9 +8,9 @@ The goal (issue 18): in every bin holding at least 1% of the steps, the mean pre
 within 10% of the mean realised one.  ``--plot`` writes the reliability plot of the hold-out
 part (needs matplotlib).
 
-    python benchmarks/calibration_report.py [--plot docs/img/calibration-reliability.png]
-    python benchmarks/calibration_report.py --fresh     # and the second recording
-    python benchmarks/calibration_report.py --fresh --plot-fresh docs/img/calibration-fresh.png
+    python -m benchmarks.studies.calibration_report [--plot docs/img/calibration-reliability.png]
+    python -m benchmarks.studies.calibration_report --fresh     # and the second recording
+    python -m benchmarks.studies.calibration_report --fresh --plot-fresh docs/img/calibration-fresh.png
 
 ``--fresh`` adds the second recording shipped with the package
 (``ngramspec.streams.fresh_streams_path()``, recorded after the table was fitted) as a third
@@ -20,14 +20,11 @@ part.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import ngramspec as ns
 from ngramspec.acceptance import reliability
 
-sys.path.insert(0, str(Path(__file__).parent))
-import holdout as H  # noqa: E402
+from benchmarks.peers import protocol as H
 
 
 def main() -> None:

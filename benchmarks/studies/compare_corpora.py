@@ -16,8 +16,8 @@ Corpora: ``zipf`` (tokens drawn from a Zipf(1.1) law over a 50,000-token vocabul
 of 200-2,000 tokens, fixed seed) and ``streams`` (the prompts and outputs of the recorded
 streams shipped with ngramspec, one document per request).
 
-    python benchmarks/compare_corpora.py                      # 1M-token zipf, 5 repeats
-    python benchmarks/compare_corpora.py --tokens 200000 --repeats 3
+    python -m benchmarks.studies.compare_corpora                      # 1M-token zipf, 5 repeats
+    python -m benchmarks.studies.compare_corpora --tokens 200000 --repeats 3
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -38,9 +36,8 @@ import ngramspec as ns
 from ngramspec.corpora import corpus_stream
 from ngramspec.engine.sam import FlatAutomaton
 
-sys.path.insert(0, str(Path(__file__).parent))
-from compare_sglang import load_rows, trace  # noqa: E402
-from peers import sglang_sam  # noqa: E402
+from benchmarks.common import DEFAULTS, documents, load_rows, run_python, trace
+from benchmarks.peers import sglang_sam
 
 
 def zipf_documents(tokens: int, seed: int = 0) -> list[np.ndarray]:
@@ -55,7 +52,7 @@ def zipf_documents(tokens: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def stream_documents() -> list[np.ndarray]:
-    return [np.asarray(r["prompt_ids"] + r["output_ids"], np.int32) for r in load_rows()]
+    return [np.asarray(d, np.int32) for d in documents()]
 
 
 def measure_build(stream: np.ndarray, repeats: int) -> dict:
@@ -77,7 +74,6 @@ def measure_build(stream: np.ndarray, repeats: int) -> dict:
 
 _MEM_CHILD = r"""
 import sys, numpy as np
-sys.path.insert(0, sys.argv[3])
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
@@ -96,7 +92,7 @@ if sys.argv[1] == "ngramspec":
     sam = FlatAutomaton.build(stream, prob=False)
     extra = sam.nbytes()
 else:
-    from peers import sglang_sam
+    from benchmarks.peers import sglang_sam
     sglang_sam.SamHandle(stream[:1000]).close()
     reset_peak()
     before = rss()
@@ -111,10 +107,8 @@ def measure_memory(stream: np.ndarray, tmp: Path) -> dict:
     np.save(path, stream)
     out = {}
     for who in ("ngramspec", "sglang"):
-        res = subprocess.run([sys.executable, "-c", _MEM_CHILD, who, str(path),
-                              str(Path(__file__).parent)], capture_output=True, text=True,
-                             check=True)
-        grown, nbytes, peak = map(int, res.stdout.split())
+        # A fresh process from the repository's root, where ``benchmarks`` imports.
+        grown, nbytes, peak = map(int, run_python(_MEM_CHILD, who, str(path)).split())
         out[f"{who}_rss_B_per_token"] = grown / stream.size
         out[f"{who}_peak_B_per_token"] = peak / stream.size
         if who == "ngramspec":
@@ -179,12 +173,11 @@ def main(argv=None) -> int:
     # Matching with three corpora (the recorded streams split by task) loaded.
     rows = load_rows()
     by_task: dict[str, list] = {}
-    for r in rows:
-        by_task.setdefault(r["task"], []).append(r["prompt_ids"] + r["output_ids"])
+    for r, doc in zip(rows, documents(rows)):
+        by_task.setdefault(r["task"], []).append(doc)
     corpora = {task: docs for task, docs in sorted(by_task.items())[:3]}
     for match_type in ("BFS", "PROB"):
-        cfg = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10,
-                   draft_token_num=12, match_type=match_type, capacity=1_000_000,
+        cfg = dict(DEFAULTS, match_type=match_type, capacity=1_000_000,
                    external_sam_budget=6)
         for b in args.batch:
             steps = trace(rows, b)

@@ -1,7 +1,7 @@
 """Drafters side by side on the recorded streams: SGLang's defaults, prompt lookup, Arctic.
 
 Every drafter is replayed through the same greedy serving loop at concurrency 1
-(``benchmarks/drafter_replay.py``) on the 133 streams shipped with ngramspec, in one run:
+(``benchmarks/peers/replay.py``) on the 133 streams shipped with ngramspec, in one run:
 
 - ``SGLang BFS`` / ``SGLang PROB``: ngramspec's ``Drafter`` at SGLang 0.5.23's server defaults
   (bit-exact with SGLang's C++ core; the replay is also checked step by step against
@@ -42,13 +42,13 @@ Parts (``--parts``, default ``tune,holdout``): the fixed split of ``ngramspec.ho
 conversation, per task); each part is replayed on its own from empty caches, so the hold-out
 figures come from traffic that no tuning step read (``all``: the 133 streams in one replay).
 After the tables, every ngramspec drafter is set against Arctic's curve over
-``max_spec_tokens`` (``benchmarks/holdout.py``): its tokens/step over Arctic's at the same
+``max_spec_tokens`` (:mod:`benchmarks.peers.protocol`): its tokens/step over Arctic's at the same
 real drafts per step, interpolated, never past Arctic's widest point (``-`` there).
 
-    python benchmarks/compare_drafters.py                   # all peers, tune and hold-out
-    python benchmarks/compare_drafters.py --parts all       # the 133 streams in one replay
-    python benchmarks/compare_drafters.py --no-arctic --json out.json
-    python benchmarks/compare_drafters.py --repeat 5 --only "C++,recommended()"  # CPU medians
+    python -m benchmarks.studies.compare_drafters                   # all peers, tune and hold-out
+    python -m benchmarks.studies.compare_drafters --parts all       # the 133 streams in one replay
+    python -m benchmarks.studies.compare_drafters --no-arctic --json out.json
+    python -m benchmarks.studies.compare_drafters --repeat 5 --only "C++,recommended()"  # CPU medians
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 from datetime import date
 from pathlib import Path
 
@@ -64,9 +63,9 @@ import numpy as np
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).parent))
-import drafter_replay as dr  # noqa: E402
-import holdout as H  # noqa: E402
+from benchmarks.common import load_rows
+from benchmarks.peers import protocol as H
+from benchmarks.peers import replay as dr
 
 #: (label, proposer name, settings).
 PEERS = [
@@ -229,7 +228,7 @@ def main() -> None:
     bad = [p for p in names if p not in ("tune", "holdout", "all")]
     if bad or not names:
         parser.error(f"--parts takes tune, holdout and all, got {args.parts!r}")
-    all_rows = dr.load_rows()
+    all_rows = load_rows()
     split = H.load_parts(all_rows)
     parts = {p: (all_rows if p == "all" else split[p])[:args.limit] for p in names}
     outs, curves = {}, {}

@@ -10,53 +10,24 @@ Both drafters are checked to produce identical drafts at every step.
 
 Ratios are ngramspec time / SGLang time (< 1 means ngramspec is faster), medians over repeats.
 
-    python benchmarks/compare_sglang.py                 # all workloads, 5 repeats
-    python benchmarks/compare_sglang.py --repeats 3 --batch 1 8
+    python -m benchmarks.studies.compare_sglang                 # all workloads, 5 repeats
+    python -m benchmarks.studies.compare_sglang --repeats 3 --batch 1 8
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
-from importlib.resources import files
-from pathlib import Path
 
 import numpy as np
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).parent))
-from peers import sglang as peer  # noqa: E402
-
-DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10, draft_token_num=12)
-
-
-def load_rows() -> list[dict]:
-    with gzip.open(files("ngramspec") / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz", "rt") as f:
-        return [json.loads(line) for line in f]
-
-
-def trace(rows, concurrency, depth=18, accept=3):
-    """Per step: (int32 contexts, request ids, total lengths), SGLang's admission order."""
-    queue, running, steps = list(rows), [], []
-    while queue or running:
-        while queue and len(running) < concurrency:
-            r = queue.pop(0)
-            running.append([r["id"], r["prompt_ids"] + r["output_ids"][:1], r["output_ids"][1:]])
-        steps.append(([np.asarray(s[-depth:], np.int32) for _, s, _ in running],
-                      [rid for rid, _, _ in running], [len(s) for _, s, _ in running]))
-        for it in running:
-            it[1] += it[2][:accept]
-            it[2] = it[2][accept:]
-        running = [it for it in running if it[2]]
-    return steps
+from benchmarks.common import DEFAULTS, bulk_sequence, load_rows, machine, nbytes, rss, trace
+from benchmarks.peers import sglang as peer
 
 
 def serve_ngramspec(cfg, steps, keep=False):
@@ -92,23 +63,6 @@ def serve_sglang(cfg, steps, keep=False):
     return tm, ti, outs
 
 
-def bulk_sequence(rows, n=100_000):
-    toks = [t for r in rows for t in r["prompt_ids"] + r["output_ids"]]
-    reps = -(-n // len(toks))
-    return np.asarray((toks * reps)[:n], np.int32)
-
-
-def _nbytes(cache) -> int:
-    """Bytes of the cache's trie arrays (the public ``nbytes`` where the cache has one)."""
-    n = getattr(cache, "nbytes", None)
-    return int(n) if n is not None else int(cache._backend.nbytes)
-
-
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def fresh_process_latency() -> tuple[float, float]:
     code = ("import time; t0 = time.perf_counter(); import ngramspec as ns; t1 = time.perf_counter();"
             "c = ns.NgramCache(capacity=1000); c.insert([[1, 2, 3, 1, 2, 4]]);"
@@ -131,8 +85,7 @@ def main() -> None:
     ns.NgramCache(capacity=100).warmup()
     peer.build()
     print(f"# ngramspec {ns.__version__} vs SGLang {peer.SGLANG_VERSION} C++ core | "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"{time.strftime('%Y-%m-%d')} | medians of {args.repeats} | ratio = ngramspec / SGLang\n")
+          f"{machine()} | medians of {args.repeats} | ratio = ngramspec / SGLang\n")
     print("| workload | ngramspec | SGLang | ratio |\n|---|---:|---:|---:|")
     for mt in args.match_type:
         cfg = dict(DEFAULTS, match_type=mt, capacity=1_000_000)
@@ -175,7 +128,7 @@ def main() -> None:
           f"{a / b:.2f} |")
 
     nodes = len(c)
-    mine = _nbytes(c) / nodes
+    mine = nbytes(c) / nodes
     before = rss()
     p = peer.SglangPeer(**dict(DEFAULTS, capacity=nodes + 1))
     p.insert([seq])

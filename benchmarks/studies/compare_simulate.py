@@ -8,8 +8,8 @@ points, and the verification in Python.  Two SGLang figures are printed: the who
 loop, and the time spent inside SGLang's C calls alone (inputs packed beforehand), a lower bound
 for any loop around it.  Both drafters are checked to give identical per-step counts.
 
-    python benchmarks/compare_simulate.py                   # all 133 streams, 3 repeats
-    python benchmarks/compare_simulate.py --concurrency 1 8 --repeats 5
+    python -m benchmarks.studies.compare_simulate                   # all 133 streams, 3 repeats
+    python -m benchmarks.studies.compare_simulate --concurrency 1 8 --repeats 5
 """
 
 from __future__ import annotations
@@ -18,17 +18,14 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import ngramspec as ns
 from ngramspec.streams import embedded_streams_path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from peers import sglang as peer  # noqa: E402
+from benchmarks.peers import sglang as peer
 
 
 def parents_of(mask: np.ndarray) -> np.ndarray:

@@ -17,10 +17,10 @@ Corpora (``--corpus``):
 - ``others``: the prompts and outputs of the other tasks' requests (a distractor corpus);
 - ``both``: the two together.
 
-    python benchmarks/corpus_gain.py                                  # doc_grounded, BFS
-    python benchmarks/corpus_gain.py --task code_edit --match-type PROB --budget 6
-    python benchmarks/corpus_gain.py --check     # and the Drafter's attribution, compared
-    python benchmarks/corpus_gain.py --speed     # simulation speed, compiled vs step by step
+    python -m benchmarks.studies.corpus_gain                                  # doc_grounded, BFS
+    python -m benchmarks.studies.corpus_gain --task code_edit --match-type PROB --budget 6
+    python -m benchmarks.studies.corpus_gain --check     # and the Drafter's attribution, compared
+    python -m benchmarks.studies.corpus_gain --speed     # simulation speed, compiled vs step by step
 
 ``--speed``: all recorded requests at concurrency 1 with the ``doc_grounded`` prompts as the
 corpus, replayed by the compiled loop and step by step through a ``Drafter`` (the same
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -40,8 +39,7 @@ import numpy as np
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).parent))
-from compare_sglang import load_rows  # noqa: E402
+from benchmarks.common import load_rows
 
 
 def corpora_for(kind: str, rows, task: str) -> dict[str, list]:

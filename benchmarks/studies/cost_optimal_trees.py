@@ -18,7 +18,7 @@ Cost settings:
   per request costs little more at larger batches; each extra query token per request costs
   1.2 ms at batch 1 and more as the batch grows).
 
-    python benchmarks/cost_optimal_trees.py [--part holdout] [--concurrency 1,4,16] [--json F]
+    python -m benchmarks.studies.cost_optimal_trees [--part holdout] [--concurrency 1,4,16] [--json F]
 
 ``--part fresh``: the second recording shipped with the package
 (``ngramspec.streams.fresh_streams_path()``, recorded after everything here was tuned).
@@ -32,14 +32,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import ngramspec as ns
 from ngramspec.costs import CostTable, predict_serving
 
-sys.path.insert(0, str(Path(__file__).parent))
-import holdout as H  # noqa: E402
+from benchmarks.peers import protocol as H
 
 THRESHOLDS = (0.0, 1.5, 2.46, 3.0, 4.0, 5.0)
 GROW_BATCH = (1, 2, 4, 8, 16, 32)

@@ -30,15 +30,14 @@ given batch sizes: ``anchors`` (the match state advanced or rebuilt and the anch
 measured as the time of a kernel that stops after that phase minus the one that stops before
 it, on twin caches in the same state (the phases leave the states as the whole kernel does).
 
-    python benchmarks/match_overhead.py                      # BFS and PROB, batch 1 and 48
-    python benchmarks/match_overhead.py --batch 1 --repeats 3 --match-type BFS --no-sglang
-    python benchmarks/match_overhead.py --batch 48 --kernel-phases
+    python -m benchmarks.studies.match_overhead                      # BFS and PROB, batch 1 and 48
+    python -m benchmarks.studies.match_overhead --batch 1 --repeats 3 --match-type BFS --no-sglang
+    python -m benchmarks.studies.match_overhead --batch 48 --kernel-phases
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -47,9 +46,8 @@ import numpy as np
 import ngramspec as ns
 from ngramspec.drafts import DraftBatch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from compare_sglang import DEFAULTS, load_rows, trace  # noqa: E402
-from peers import sglang as peer  # noqa: E402
+from benchmarks.common import DEFAULTS, load_rows, trace
+from benchmarks.peers import sglang as peer
 
 PHASES = ("checks", "ids", "lock", "backend", "DraftBatch")
 

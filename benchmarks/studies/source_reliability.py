@@ -8,16 +8,14 @@ others), compares the predicted probability of the anchor's most frequent child
 (``freq / total``) with whether that child is the next recorded token.  Buckets: source,
 longest or not, anchor length (1-7, 8-11, 12+), ``total`` count (1, 2, 3-4, 5+).
 
-    python benchmarks/source_reliability.py doc_grounded
-    python benchmarks/source_reliability.py chat_multiturn --min-count 50
+    python -m benchmarks.studies.source_reliability doc_grounded
+    python -m benchmarks.studies.source_reliability chat_multiturn --min-count 50
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -25,9 +23,8 @@ import ngramspec as ns
 import ngramspec.reference.adaptive as ref_adaptive
 import ngramspec.reference.backend as ref_backend
 
-sys.path.insert(0, str(Path(__file__).parent))
-import drafter_replay as dr  # noqa: E402
-import holdout as H  # noqa: E402
+from benchmarks.peers import protocol as H
+from benchmarks.peers import replay as dr
 
 
 def measure(task: str, config: ns.NgramConfig) -> dict[tuple, list]:

@@ -11,9 +11,9 @@ server defaults, and times its ``match`` alone at its C entry point with every i
 beforehand.  Ratio = our three calls per request-step / SGLang's match per request-step (the
 issue's target: <= 2.0 with SGLang's defaults, <= 4.0 with ``recommended()``).
 
-    python benchmarks/step_api.py                        # both configs, batch 1 and 48
-    python benchmarks/step_api.py --repeats 5 --requests 40
-    python benchmarks/step_api.py --form mapping         # accept({rid: tokens}) instead
+    python -m benchmarks.studies.step_api                        # both configs, batch 1 and 48
+    python -m benchmarks.studies.step_api --repeats 5 --requests 40
+    python -m benchmarks.studies.step_api --form mapping         # accept({rid: tokens}) instead
 
 ``--form result`` (default) passes the :class:`VerifyResult` to ``accept`` (the form the docs
 teach); ``--form mapping`` passes ``{rid: result.emitted[b]}``; ``--form fused`` times
@@ -29,18 +29,15 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the forward stand-in: one 
 import argparse
 import gc
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import ngramspec as ns
 from ngramspec.simulate import _recorded_argmax
 
-sys.path.insert(0, str(Path(__file__).parent))
-from compare_sglang import DEFAULTS, load_rows  # noqa: E402
-from peers import sglang as peer  # noqa: E402
+from benchmarks.common import DEFAULTS, load_rows
+from benchmarks.peers import sglang as peer
 
 CONFIGS = {"sglang": ns.NgramConfig(capacity=2_000_000),
            "recommended": ns.NgramConfig.recommended().replace(capacity=2_000_000)}

@@ -4,7 +4,7 @@ Replays ``recommended()`` with other ``draft_token_num``, ``min_token_prob``,
 ``max_spec_factor``, ``shared_pseudo_count`` and ``max_trie_depth`` on the tuning part of the
 shipped streams (``ngramspec.holdout``; the hold-out part is never read here) and ranks every
 setting by its worst ratio, over the task groups and overall, of tokens per verify step to
-Arctic's at the same draft tokens per step (``benchmarks/holdout.py``: Arctic's curve over
+Arctic's at the same draft tokens per step (:mod:`benchmarks.peers.protocol`: Arctic's curve over
 ``max_spec_tokens``, interpolated, never extrapolated; a setting wider than Arctic's widest
 point in some group has no ratio there).
 
@@ -14,8 +14,8 @@ reach higher ratios with fewer tokens per step; the goal is the ratio, the tie-b
 verify pass emits).  The first table lists those settings in that order, the second the best
 worst ratios.
 
-    python benchmarks/tune_recommended.py                  # the grid below
-    python benchmarks/tune_recommended.py --top 40 --json sweep.json
+    python -m benchmarks.studies.tune_recommended                  # the grid below
+    python -m benchmarks.studies.tune_recommended --top 40 --json sweep.json
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ import argparse
 import itertools
 import json
 import math
-import sys
 from pathlib import Path
 
 import ngramspec as ns
 
-sys.path.insert(0, str(Path(__file__).parent))
-import holdout as H  # noqa: E402
+from benchmarks.peers import protocol as H
 
 GRID = dict(draft_token_num=(12, 16),
             min_token_prob=(0.18, 0.3, 0.4, 0.5),
