@@ -632,9 +632,16 @@ class NgramConfig:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}: {e}") from None
 
-    def to_sglang_args(self) -> dict[str, Any]:
+    def to_sglang_args(self, *, plugin: bool = False) -> dict[str, Any]:
         """SGLang server arguments that run this configuration: ``from_sglang_args`` of the
         result gives this config back.
+
+        ``plugin=True``: the arguments of a server that runs it through ngramspec's drafter
+        (``ngramspec sglang-launch``, see ``docs/sglang.md``), for any configuration of
+        profile ``sglang-0.5.23``: SGLang's arguments for what its worker reads itself (the
+        draft slots, the trie depth that cuts its windows; ``match_type`` ``"BFS"`` where
+        SGLang has no such type), plus ``"ngramspec_config"``, this configuration as TOML
+        text, which switches the plugin on (the launcher hands it to the server's processes).
 
         Keys are SGLang's argument names (``speculative_algorithm``,
         ``speculative_num_draft_tokens``, ``speculative_ngram_...``); every option is given,
@@ -659,7 +666,23 @@ class NgramConfig:
         Traceback (most recent call last):
         ...
         ValueError: SGLang has no option for index_prompt=True, exact_counts=True, ...
+        >>> args = NgramConfig.recommended().to_sglang_args(plugin=True)
+        >>> args["speculative_num_draft_tokens"], args["speculative_ngram_max_trie_depth"]
+        (16, 24)
+        >>> NgramConfig.from_toml(args["ngramspec_config"]) == NgramConfig.recommended()
+        True
         """
+        if plugin:
+            if self.profile != "sglang-0.5.23":
+                raise ValueError(f"plugin=True: ngramspec's drafter runs in SGLang 0.5.23's "
+                                 f"worker (profile 'sglang-0.5.23'), not {self.profile!r}")
+            exact = self.replace(**{f.name: f.default for f in dataclasses.fields(self)
+                                    if f.name not in {**_SGLANG_SHARED_ARGS,
+                                                      **_SGLANG_PROFILE_ARGS[self.profile]}
+                                    .values() and f.name != "profile"})
+            if exact.match_type not in ("BFS", "PROB"):
+                exact = exact.replace(match_type="BFS")
+            return {**exact.to_sglang_args(), "ngramspec_config": self.to_toml()}
         arg_of = {field: arg for arg, field in
                   {**_SGLANG_SHARED_ARGS, **_SGLANG_PROFILE_ARGS[self.profile]}.items()}
         lacking = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
