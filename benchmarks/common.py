@@ -127,6 +127,28 @@ def run_python(code: str, *args: str) -> str:
                           capture_output=True, text=True).stdout
 
 
+# --- tokenizers ---------------------------------------------------------------------------
+
+def train_chat_tokenizer(directory: Path, texts: Sequence[str], *, vocab_size: int,
+                         chat_template: str | None = None) -> Path:
+    """A small byte-level BPE trained on ``texts`` with ChatML's special tokens, saved to
+    ``directory`` with ``chat_template`` (needs tokenizers and transformers)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    kwargs = {"chat_template": chat_template} if chat_template else {}
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                            pad_token="<|endoftext|>", **kwargs).save_pretrained(str(directory))
+    return directory
+
+
 # --- the acceptance-table fit (benchmarks.studies.fit_acceptance) -------------------------
 
 CONTEXT_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24)

@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 import ngramspec as ns
+from _lossless import LosslessTable
 
 try:
     import torch
@@ -164,28 +165,13 @@ def main(argv: list[str] | None = None) -> int:
 
     drafter = ns.Drafter(config=ns.NgramConfig(draft_token_num=args.draft_token_num,
                                                capacity=100_000))
-    all_same = True
-    totals = [0, 0, 0]
     t0 = time.perf_counter()
-    print(f"{'prompt':>6} {'tokens':>6} {'identical':>9} {'plain fwd':>9} {'spec fwd':>8} "
-          f"{'accept len':>10}")
+    table = LosslessTable([("prompt", ">6"), ("tokens", ">6")], forwards="target")
     for i, prompt in enumerate(prompts):
         plain, plain_fwd = greedy(model, prompt, args.new_tokens)
         spec, spec_fwd, lens = speculative(model, drafter, f"p{i}", prompt, args.new_tokens)
-        same = plain == spec
-        all_same &= same
-        totals[0] += plain_fwd
-        totals[1] += spec_fwd
-        totals[2] += len(lens)
-        print(f"{i:>6} {len(plain):>6} {'yes' if same else 'NO':>9} {plain_fwd:>9} "
-              f"{spec_fwd:>8} {np.mean(lens) if lens else float('nan'):>10.2f}")
-        if not same:
-            k = next(j for j, (a, b) in enumerate(zip(plain, spec)) if a != b)
-            print(f"       first difference at output token {k}: plain {plain[k]}, "
-                  f"speculative {spec[k]}")
-    print(f"all identical: {'yes' if all_same else 'NO'}; target forwards {totals[0]} plain vs "
-          f"{totals[1]} speculative ({time.perf_counter() - t0:.1f} s)")
-    return 1 if args.check and not all_same else 0
+        table.add([i, len(plain)], plain, spec, plain_fwd, spec_fwd, lens)
+    return table.finish(check=args.check, note=f" ({time.perf_counter() - t0:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from importlib.resources import files
 import numpy as np
 
 import ngramspec as ns
+from _lossless import LosslessTable
 
 
 class NgramLM:
@@ -81,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = load(args.prompts)
     model = NgramLM([r["prompt_ids"] + r["output_ids"] for r in rows])
     drafter = ns.Drafter(config=ns.NgramConfig(capacity=200_000))
-    all_same, plain_total, spec_total = True, 0, 0
-    print(f"{'request':<34} {'identical':>9} {'plain fwd':>9} {'spec fwd':>8} {'accept len':>10}")
+    table = LosslessTable([("request", "<34")], forwards="model")
     for row in rows:
         prompt = row["prompt_ids"]
         plain = [model.next_token(prompt)]
@@ -102,15 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         steps = drafter.steps(row["id"])
         drafter.finish(row["id"])
 
-        same = spec == plain
-        all_same &= same
-        plain_total += len(plain)          # one forward per token (prefill's included)
-        spec_total += forwards + 1         # + the prefill
-        print(f"{row['id']:<34} {'yes' if same else 'NO':>9} {len(plain):>9} {forwards + 1:>8} "
-              f"{np.mean(steps):>10.2f}")
-    print(f"all identical: {'yes' if all_same else 'NO'}; model forwards {plain_total} plain vs "
-          f"{spec_total} speculative")
-    return 1 if args.check and not all_same else 0
+        # Forwards: one per plain token (the prefill's included); the speculative steps and
+        # the prefill.
+        table.add([row["id"]], plain, spec, len(plain), forwards + 1, steps)
+    return table.finish(check=args.check)
 
 
 if __name__ == "__main__":

@@ -37,23 +37,11 @@ def run(argv):
 def build_tokenizer(directory: Path, *, template: str | None = TEMPLATE) -> Path:
     """A small byte-level BPE trained here on texts of the shipped recorded streams, saved
     with a chat template (needs tokenizers and transformers)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from benchmarks.common import train_chat_tokenizer
 
     rows = ns.read_streams(embedded_streams_path())[:40]
     texts = [r["prompt_text"] for r in rows] + [r["output_text"] for r in rows]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, show_progress=False,
-                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    kwargs = {"chat_template": template} if template else {}
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", **kwargs)
-    fast.save_pretrained(str(directory))
-    return directory
+    return train_chat_tokenizer(directory, texts, vocab_size=600, chat_template=template)
 
 
 CONVERSATIONS = [

@@ -18,6 +18,7 @@ git-ignored).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import shutil
 import subprocess
@@ -47,12 +48,14 @@ static thread_local std::string g_error;
 extern "C" {
 const char* peer_error() { return g_error.c_str(); }
 void* peer_create(int64_t capacity, int64_t min_b, int64_t max_b, int64_t depth, int64_t draft,
-                  int prob) {
+                  int prob, int64_t sam_budget, int64_t max_tokens) {
   try {
     Param p{};
     p.enable = true; p.enable_router_mode = false;
     p.min_bfs_breadth = min_b; p.max_bfs_breadth = max_b; p.max_trie_depth = depth;
     p.draft_token_num = draft; p.match_type = prob ? "PROB" : "BFS";
+    p.external_sam_budget = static_cast<size_t>(sam_budget);
+    p.external_corpus_max_tokens = static_cast<size_t>(max_tokens);
     return new Ngram(static_cast<size_t>(capacity), p);
   } catch (const std::exception& e) { g_error = e.what(); return nullptr; }
 }
@@ -158,8 +161,31 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("NGRAMSPEC_PEER_DIR", Path(__file__).parent / ".build"))
 
 
+def shim_tag(*shims: str) -> str:
+    """A digest of the C shims a library is compiled from, for its file name: a changed shim
+    compiles anew instead of loading a library whose entry points no longer match."""
+    return hashlib.sha256("\0".join(shims).encode()).hexdigest()[:12]
+
+
+def compile_library(lib: Path, sources: list[Path], what: str) -> Path:
+    """Compile ``sources`` (SGLang's and a shim of ours, beside SGLang's headers) into the
+    shared library ``lib``, atomically."""
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    if cxx is None:
+        raise PeerUnavailable("no C++ compiler (g++) to build SGLang's core")
+    tmp_lib = lib.with_suffix(".so.tmp")
+    cmd = [cxx, "-std=c++20", "-O3", "-shared", "-fPIC", "-pthread", "-I",
+           str(sources[0].parent), *map(str, sources), "-o", str(tmp_lib)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise PeerUnavailable(f"compiling {what} failed:\n{res.stderr[-2000:]}")
+    tmp_lib.replace(lib)
+    return lib
+
+
 def build(version: str = SGLANG_VERSION) -> Path:
-    """Download, extract and compile the peer once; return the shared library's path.
+    """Download and extract the peer's sources once, compile them with our shim once; return
+    the shared library's path.
 
     ``version``: ``"0.5.23"`` (default) or ``"0.5.9"`` (the window-era core).
     """
@@ -167,35 +193,27 @@ def build(version: str = SGLANG_VERSION) -> Path:
         raise ValueError(f"version must be one of {sorted(_PEERS)}, got {version!r}")
     spec = _PEERS[version]
     out = _cache_dir() / f"sglang-{version}"
-    lib = out / "libsglang_ngram_peer.so"
+    lib = out / f"libsglang_ngram_peer-{shim_tag(spec['shim'])}.so"
     if lib.exists():
         return lib
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
-    if cxx is None:
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
         raise PeerUnavailable("no C++ compiler (g++) to build SGLang's core")
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-               f"sglang=={version}", "-d", tmp]
-        if subprocess.run(cmd, capture_output=True).returncode != 0:
-            raise PeerUnavailable(f"pip could not download sglang=={version}")
-        wheel = next(Path(tmp).glob("sglang-*.whl"))
-        src = out / "src"
-        with zipfile.ZipFile(wheel) as z:
-            for name in z.namelist():
-                if name.startswith(spec["wheel_dir"]) and not name.endswith("/"):
-                    (src / Path(name).name).parent.mkdir(parents=True, exist_ok=True)
-                    (src / Path(name).name).write_bytes(z.read(name))
+    src = out / "src"
+    if not all((src / f).exists() for f in spec["sources"]):
+        src.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                   f"sglang=={version}", "-d", tmp]
+            if subprocess.run(cmd, capture_output=True).returncode != 0:
+                raise PeerUnavailable(f"pip could not download sglang=={version}")
+            wheel = next(Path(tmp).glob("sglang-*.whl"))
+            with zipfile.ZipFile(wheel) as z:
+                for name in z.namelist():
+                    if name.startswith(spec["wheel_dir"]) and not name.endswith("/"):
+                        (src / Path(name).name).write_bytes(z.read(name))
     (src / "peer_shim.cpp").write_text(spec["shim"])
-    files = [str(src / f) for f in spec["sources"]] + [str(src / "peer_shim.cpp")]
-    tmp_lib = lib.with_suffix(".so.tmp")
-    cmd = [cxx, "-std=c++20", "-O3", "-shared", "-fPIC", "-pthread", "-I", str(src), *files,
-           "-o", str(tmp_lib)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise PeerUnavailable(f"compiling SGLang's core failed:\n{res.stderr[-2000:]}")
-    tmp_lib.replace(lib)
-    return lib
+    return compile_library(lib, [src / f for f in spec["sources"]] + [src / "peer_shim.cpp"],
+                           "SGLang's core")
 
 
 _LIBS: dict[str, ctypes.CDLL] = {}
@@ -214,7 +232,7 @@ def _lib(version: str = SGLANG_VERSION) -> ctypes.CDLL:
             lib.peer_create.argtypes = [i64, i64, i64, i64, i64, i64, i64, i32]
             lib.peer_match.argtypes = [p, p, p, i64, p, p]
         else:
-            lib.peer_create.argtypes = [i64, i64, i64, i64, i64, i32]
+            lib.peer_create.argtypes = [i64, i64, i64, i64, i64, i32, i64, i64]
             lib.peer_match.argtypes = [p, p, p, p, p, i64, p, p]
             lib.peer_erase.argtypes = [p, p, i64]
         _LIBS[version] = lib
@@ -238,28 +256,35 @@ class SglangPeer:
     assigns them: first-seen order, fresh ids after erase and reset)."""
 
     def __init__(self, *, max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=10,
-                 draft_token_num=12, match_type="BFS", capacity=10_000_000):
+                 draft_token_num=12, match_type="BFS", capacity=10_000_000,
+                 external_sam_budget=0, external_corpus_max_tokens=10_000_000):
         if capacity <= max_trie_depth:
             raise ValueError("SGLang crashes for capacity <= max_trie_depth")
         self.n = draft_token_num
         self.depth = max_trie_depth
-        lib = _lib()
+        # The library this object's calls go to (a subclass may compile more into its own).
+        self._lib = lib = self._library()
         self._h = lib.peer_create(capacity, min_bfs_breadth, max_bfs_breadth, max_trie_depth,
-                                  draft_token_num, int(match_type == "PROB"))
+                                  draft_token_num, int(match_type == "PROB"),
+                                  external_sam_budget, external_corpus_max_tokens)
         if not self._h:
             raise ValueError(lib.peer_error().decode())
         self._ids: dict = {}
         self._next = 0
 
+    @staticmethod
+    def _library() -> ctypes.CDLL:
+        return _lib()
+
     def __del__(self):
         if getattr(self, "_h", None):
-            _lib().peer_destroy(self._h)
+            self._lib.peer_destroy(self._h)
             self._h = None
 
     def insert(self, seqs) -> None:
         flat, offsets = _pack(seqs)
-        if _lib().peer_insert(self._h, _ptr(flat), _ptr(offsets), len(offsets) - 1):
-            raise RuntimeError(_lib().peer_error().decode())
+        if self._lib.peer_insert(self._h, _ptr(flat), _ptr(offsets), len(offsets) - 1):
+            raise RuntimeError(self._lib.peer_error().decode())
 
     def _state_ids(self, request_ids):
         out = []
@@ -283,7 +308,7 @@ class SglangPeer:
             lens = np.asarray(total_lens, np.int64)
         tokens = np.empty((b, self.n), np.int32)
         mask = np.empty((b, self.n, self.n), np.uint8)
-        lib = _lib()
+        lib = self._lib
         if lib.peer_match(self._h, _ptr(ids), _ptr(flat), _ptr(offsets), _ptr(lens), b,
                           _ptr(tokens), _ptr(mask)):
             raise RuntimeError(lib.peer_error().decode())
@@ -300,7 +325,7 @@ class SglangPeer:
 
     def match_packed(self, packed) -> None:
         ids, flat, offsets, lens, b, tokens, mask = packed
-        _lib().peer_match(self._h, _ptr(ids), _ptr(flat), _ptr(offsets), _ptr(lens), b,
+        self._lib.peer_match(self._h, _ptr(ids), _ptr(flat), _ptr(offsets), _ptr(lens), b,
                           _ptr(tokens), _ptr(mask))
 
     @staticmethod
@@ -309,15 +334,15 @@ class SglangPeer:
 
     def insert_packed(self, packed) -> None:
         flat, offsets = packed
-        _lib().peer_insert(self._h, _ptr(flat), _ptr(offsets), len(offsets) - 1)
+        self._lib.peer_insert(self._h, _ptr(flat), _ptr(offsets), len(offsets) - 1)
 
     def erase(self, request_ids) -> None:
         ids = np.asarray([self._ids.pop(r) for r in request_ids if r in self._ids], np.int64)
         if ids.size:
-            _lib().peer_erase(self._h, _ptr(ids), ids.size)
+            self._lib.peer_erase(self._h, _ptr(ids), ids.size)
 
     def reset(self) -> None:
-        _lib().peer_reset(self._h)
+        self._lib.peer_reset(self._h)
         self._ids.clear()
         self._next = 0
 

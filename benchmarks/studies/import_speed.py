@@ -24,25 +24,11 @@ from pathlib import Path
 import ngramspec as ns
 from ngramspec.importers import import_streams
 
+from benchmarks.common import train_chat_tokenizer
+
 TEMPLATE = (
     "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
     "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
-
-
-def build_tokenizer(directory: Path, texts: list[str]) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=4000, show_progress=False,
-                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                            pad_token="<|endoftext|>", chat_template=TEMPLATE
-                            ).save_pretrained(str(directory))
 
 
 def main() -> None:
@@ -56,7 +42,7 @@ def main() -> None:
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
-        build_tokenizer(d / "tok", texts)
+        train_chat_tokenizer(d / "tok", texts, vocab_size=4000, chat_template=TEMPLATE)
 
         def say(lo: int, hi: int) -> str:
             i = rng.randrange(len(words) - hi)
