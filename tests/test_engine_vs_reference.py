@@ -20,6 +20,7 @@ def pair(config: ns.NgramConfig) -> tuple[ns.NgramCache, ns.NgramCache]:
             ns.NgramCache(config=config, backend="numba"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", PROFILES)
 def test_state_machine(profile):
     """Insert / match (stateful with reused, growing and jumping lengths; stateless) / erase /

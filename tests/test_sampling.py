@@ -289,12 +289,14 @@ def replayed():
     return replayed_steps(500, seed=2026)
 
 
+@pytest.mark.slow
 def test_replaying_sampled_streams_gives_the_accept_length_distribution(replayed):
     loop = sampled_loop_steps(500, seed=7)
     assert np.mean(replayed) < OUT_LEN - 1  # the drafts are used: fewer steps than tokens
     assert homogeneity_pvalue(replayed, loop) >= ALPHA
 
 
+@pytest.mark.slow
 def test_the_test_catches_a_lossy_rule(replayed):
     """The same comparison against threshold_acc = 0.5 (accepts more than the target would):
     rejected, so the test above has power."""

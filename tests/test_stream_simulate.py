@@ -39,6 +39,7 @@ def run(argv):
     return code, out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.match_type}-{c.capacity}")
 def test_replay_stream_equals_replay(cfg):
     rows = ROWS[:45]

@@ -92,6 +92,7 @@ def test_check_drafter_catches_a_planted_bug_fast():
         check_drafter(PLANTED["insert_window_short"], max_examples=20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["stale_after_erase", "insert_window_short"])
 def test_replay_script_reproduces_the_failure(name):
     with pytest.raises(DrafterMismatch) as info:
