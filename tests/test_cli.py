@@ -188,7 +188,7 @@ def test_preset_and_config_errors(capsys, tmp_path, command, toml_text, argv, me
 
 
 def test_holdout_split_deterministic():
-    from ngramspec.cli import holdout_split
+    from ngramspec.sweep import sweep_holdout as holdout_split
     rows = [{"id": f"r{i}", "prompt_ids": [], "output_ids": [1], "day": i % 3}
             for i in range(50)]
     tune, hold, what = holdout_split(rows, fraction=0.2)
@@ -203,7 +203,7 @@ def test_holdout_split_deterministic():
 
 
 def test_sweep_holdout_reports_both_parts(streams, tmp_path):
-    from ngramspec.cli import holdout_split
+    from ngramspec.sweep import sweep_holdout as holdout_split
     path, rows = streams
     report = tmp_path / "r.json"
     code, text = run(["sweep", str(path), "--draft-token-num", "4,8", "--holdout", "0.4",

@@ -389,7 +389,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys, argv, message):
 
 
 def test_unexpected_errors_are_one_line_too(monkeypatch, capsys):
-    import ngramspec.cli as cli
+    import ngramspec.cli.simulate as cli
 
     def boom(*a, **k):
         raise RuntimeError("something broke\nsecond line")

@@ -20,8 +20,8 @@ import pytest
 
 import ngramspec as ns
 from ngramspec.cli import main
-from ngramspec.executors import (RESULT_FIELDS, TIMING_FIELDS, LocalExecutor, ResultsFile,
-                                 ResultsFileError, make_executor)
+from ngramspec.sweep import (RESULT_FIELDS, TIMING_FIELDS, LocalExecutor, ResultsFile,
+                             ResultsFileError, make_executor)
 from ngramspec.streams import embedded_streams_path, write_streams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,7 +282,7 @@ def test_failing_setting_is_reported_and_the_sweep_goes_on(streams, tmp_path, ca
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")
-    from ngramspec.executors import RayExecutor
+    from ngramspec.sweep import RayExecutor
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ex = RayExecutor(jobs=2)  # a local cluster of 2 CPUs, kept for the module

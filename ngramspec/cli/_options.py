@@ -1,0 +1,281 @@
+"""Reading the command line: flags shared by several commands and what they turn into
+(configurations, costs, requests).  Every error names its flag."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..config import MATCH_TYPES, PRESETS, PROFILES, NgramConfig, toml_options
+from ..costs import CostModel, CostTable, parse_concurrency
+from ..streams import embedded_streams_path, read_streams
+
+_STR_OPTIONS = {"match_type": MATCH_TYPES, "profile": PROFILES}
+Cost = CostTable | CostModel
+
+
+def config_fields() -> list[dataclasses.Field]:
+    return list(dataclasses.fields(NgramConfig))
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (true/false, yes/no, 1/0)")
+
+
+def kind_of(f: dataclasses.Field) -> Any:
+    """How a config field's value is parsed from the command line."""
+    if f.name in _STR_OPTIONS:
+        return _STR_OPTIONS[f.name]
+    if isinstance(f.default, bool):
+        return bool
+    if isinstance(f.default, float):
+        return float
+    return int
+
+
+def parse_value(name: str, text: str, kind: Any) -> Any:
+    item = text.strip()
+    if kind is bool:
+        try:
+            return _parse_bool(item)
+        except ValueError as e:
+            raise ValueError(f"{flag(name)}: {e}") from None
+    if name == "min_expected_accept" and item == "auto":
+        return item  # tree sizes from the cost given (--cost-table, --decode-ms, ...)
+    if kind in (int, float):
+        try:
+            return kind(item)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            if name == "min_expected_accept":
+                what += " or 'auto'"
+            raise ValueError(f"{flag(name)}: {item!r} is not {what}") from None
+    if item not in kind:
+        raise ValueError(f"{flag(name)}: {item!r} is not one of {', '.join(kind)}")
+    return item
+
+
+def parse_list(name: str, text: str, kind: Any) -> list:
+    items = text.split(",")
+    if any(not i.strip() for i in items):
+        raise ValueError(f"{flag(name)}: empty item in {text!r}")
+    return [parse_value(name, i, kind) for i in items]
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# --- flags --------------------------------------------------------------------------------
+
+
+def add_config_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
+    """--preset, --config and one flag per NgramConfig field."""
+    pc = p.add_argument_group("starting point (flags below override it)")
+    pc.add_argument("--preset", metavar="NAME",
+                    help=f"named settings: {', '.join(PRESETS)} (default: sglang, SGLang's "
+                         "server defaults)")
+    pc.add_argument("--config", metavar="FILE.toml",
+                    help="NgramConfig fields from a TOML file (e.g. written by sweep "
+                         "--best-as toml); over the preset, under the flags")
+    g = p.add_argument_group("drafter settings (NgramConfig; SGLang's server defaults)"
+                             + ("; comma lists make the grid" if grid else ""))
+    for f in config_fields():
+        kind = kind_of(f)
+        what = {bool: "true or false", float: "number", int: "integer"}.get(
+            kind, f"one of {', '.join(kind)}" if not isinstance(kind, type) else "")
+        help_ = what + (f" (default {f.default})" if f.default is not None
+                        else " (profile's default)")
+        metavar = "LIST" if grid else {bool: "BOOL", float: "X", int: "N"}.get(kind, "NAME")
+        # Values are parsed (and errors named) in config_options, not by argparse.
+        g.add_argument(flag(f.name), dest=f.name, metavar=metavar, help=help_)
+
+
+def add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
+    """The flags simulate and sweep share: streams, settings, serving, cost, output."""
+    p.add_argument("streams", nargs="*", metavar="STREAMS",
+                   help="recorded streams: .jsonl, .jsonl.gz or .parquet files with fields id, "
+                        "prompt_ids, output_ids (default: the corpus shipped with ngramspec)")
+    add_config_flags(p, grid=grid)
+    s = p.add_argument_group("serving")
+    s.add_argument("--concurrency", default="1", metavar="LIST",
+                   help="requests decoded together; a comma list (e.g. 1,4,16,48) predicts "
+                        "each level (default 1; levels above the number of requests are "
+                        "clamped to it)")
+    s.add_argument("--backend", default="numba", choices=["numba", "reference"],
+                   help="numba: the compiled loop (default); reference: pure Python, slow")
+    s.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests")
+    c = p.add_argument_group("cost (milliseconds): a measured table, or a flat or linear model")
+    c.add_argument("--cost-table", metavar="FILE",
+                   help="CSV (batch,tokens,ms) or JSON of measured forward times, e.g. from "
+                        "ngramspec calibrate")
+    c.add_argument("--extrapolate", action="store_true",
+                   help="extend the cost table linearly beyond its measured grid (default: "
+                        "an error naming the missing point)")
+    c.add_argument("--decode-ms", type=float,
+                   help="flat model: one plain decode step, at every batch size")
+    c.add_argument("--verify-ms", type=float,
+                   help="flat model: one verify step (any tree size), at every batch size")
+    c.add_argument("--step-ms", type=float, help="linear model: fixed time per forward")
+    c.add_argument("--token-ms", type=float,
+                   help="linear model: time per query token in a forward (batch x tokens)")
+    c.add_argument("--draft-ms", type=float,
+                   help="drafting time per serving step (default: measured by the replay; "
+                        "0 excludes it)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    add_progress(o)
+
+
+def add_progress(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def add_torch_flags(p: argparse.ArgumentParser, *, threads: str) -> None:
+    """--device, --dtype and --threads of the commands that run a transformers model."""
+    p.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
+    p.add_argument("--dtype", default=None,
+                   help="torch dtype (float32, bfloat16, float16, float64; default: the "
+                        "model's)")
+    p.add_argument("--threads", type=int, metavar="N", help=f"CPU threads for torch ({threads})")
+
+
+# --- what the flags turn into -------------------------------------------------------------
+
+
+def cost_model(args: argparse.Namespace) -> Cost | None:
+    """The cost given on the command line: a table (--cost-table), a flat model (--decode-ms,
+    --verify-ms) or a linear one (--step-ms, --token-ms); None without any."""
+    given = {k: getattr(args, k) for k in ("decode_ms", "verify_ms", "step_ms", "token_ms")
+             if getattr(args, k) is not None}
+    if args.draft_ms is not None and (args.draft_ms != args.draft_ms or args.draft_ms < 0
+                                      or args.draft_ms == float("inf")):
+        raise ValueError(f"--draft-ms must be a finite number of milliseconds >= 0, got "
+                         f"{args.draft_ms}")
+    if args.cost_table is not None:
+        if given:
+            raise ValueError("give either --cost-table or a model (--decode-ms/--verify-ms, "
+                             "--step-ms/--token-ms), not both")
+        return CostTable.read(args.cost_table, extrapolate=args.extrapolate)
+    if args.extrapolate:
+        raise ValueError("--extrapolate applies to --cost-table only")
+    if not given:
+        if args.draft_ms is not None:
+            raise ValueError("--draft-ms needs a cost model: --cost-table, --decode-ms and "
+                             "--verify-ms, or --step-ms and --token-ms")
+        return None
+    try:
+        return CostModel(**given)
+    except ValueError as e:
+        raise ValueError(f"cost model: {e} (flags --decode-ms and --verify-ms, or --step-ms and "
+                         "--token-ms)") from None
+
+
+def cost_label(cost: Cost, args: argparse.Namespace) -> str:
+    if isinstance(cost, CostTable):
+        return f"cost table {os.path.basename(args.cost_table)}"
+    if cost.kind == "measured":
+        return f"decode {cost.decode_ms:g} ms, verify {cost.verify_ms:g} ms at every size"
+    return f"{cost.step_ms:g} ms + {cost.token_ms:g} ms per token"
+
+
+def check_limit(args: argparse.Namespace) -> None:
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+
+
+def load(args: argparse.Namespace) -> tuple[list[dict], str]:
+    """The requests of STREAMS (default: the shipped corpus), cut at --limit, and a label."""
+    sources = args.streams or [embedded_streams_path()]
+    rows = read_streams(sources)
+    if args.limit is not None:
+        check_limit(args)
+        rows = rows[:args.limit]
+    label = ", ".join(os.path.basename(str(s)) for s in sources)
+    return rows, label
+
+
+def levels(args: argparse.Namespace, n_requests: int) -> list[tuple[int, int]]:
+    """(asked, run) per --concurrency level: levels above the number of requests run at that
+    number (at most that many requests can ever share a step); never allocated as asked."""
+    return [(c, min(c, n_requests)) for c in parse_concurrency(args.concurrency)]
+
+
+def config_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {f.name: parse_value(f.name, getattr(args, f.name), kind_of(f))
+            for f in config_fields() if getattr(args, f.name) is not None}
+
+
+def base_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of --preset, then those of --config over them (flags go on top)."""
+    options: dict[str, Any] = {}
+    if args.preset is not None:
+        if args.preset not in PRESETS:
+            raise ValueError(f"--preset: unknown preset {args.preset!r}; presets: "
+                             f"{', '.join(PRESETS)}")
+        options.update(NgramConfig.preset_options(args.preset))
+    if args.config is not None:
+        options.update(toml_options(Path(args.config))[0])
+    return options
+
+
+def _layers(args: argparse.Namespace) -> str:
+    given = [f"--preset {args.preset}" if args.preset else "",
+             f"--config {args.config}" if args.config else ""]
+    return ", then ".join([g for g in given if g] + ["flags"])
+
+
+def make_config(base: dict[str, Any], options: dict[str, Any],
+                args: argparse.Namespace) -> NgramConfig:
+    try:
+        return NgramConfig(**{**base, **options})
+    except (TypeError, ValueError) as e:
+        if args.preset is None and args.config is None:
+            raise
+        raise type(e)(f"{e} (settings from {_layers(args)})") from None
+
+
+def default_jobs(args: argparse.Namespace) -> int | None:
+    """--jobs, or by default: every CPU for local processes, Ray's own choice for Ray."""
+    return args.jobs if args.jobs is not None else (
+        None if args.executor == "ray" else os.cpu_count() or 1)
+
+
+def check_executor_args(args: argparse.Namespace, jobs: int | None) -> None:
+    """--jobs and --address, checked before any work (sweep and simulate --shard-by)."""
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if args.address is not None and args.executor != "ray":
+        raise ValueError("--address names a Ray cluster: it needs --executor ray")
+
+
+def check_out_dir(flag_: str, path: str) -> None:
+    """Before a long run: the folder a result goes to exists."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{flag_} {path}: no such directory {folder!r}")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it: never half a
+    file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ngramspec-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

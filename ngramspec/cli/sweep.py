@@ -1,0 +1,246 @@
+"""``ngramspec sweep``: rank a grid of settings (the work is :mod:`ngramspec.sweep`'s)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from ..config import NgramConfig
+from ..costs import CostModel, CostTable, ServingPrediction, parse_concurrency, verdict
+from ..sweep import (EXECUTORS, Job, ResultsFile, expand_grid, make_executor, pair_holdout,
+                     plan_sweep, rank, run_sweep)
+from ._options import (add_common, base_options, check_executor_args, config_fields,
+                       cost_label, cost_model, default_jobs, kind_of, load, make_config,
+                       parse_list)
+from ._report import (ProgressBar, options_label, pct, plot_concurrency, plot_sweep,
+                      sglang_flags, format_table)
+
+HELP = "rank a grid of settings"
+DESCRIPTION = ("Simulate a grid of settings (comma lists) in parallel and rank them by "
+               "predicted speed-up (with a cost model) or tokens per step.")
+
+
+def add_arguments(sw: argparse.ArgumentParser) -> None:
+    add_common(sw, grid=True)
+    sw.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="parallel processes (local), or CPUs of the local Ray cluster started "
+                         "(default: CPU count)")
+    sw.add_argument("--executor", choices=EXECUTORS, default="local",
+                    help="local: processes on this machine (default); ray: one Ray task per "
+                         "setting (pip install 'ngramspec[ray]')")
+    sw.add_argument("--address", metavar="HOST:PORT",
+                    help="a running Ray cluster's head (--executor ray; default: start a "
+                         "local one)")
+    sw.add_argument("--retries", type=int, default=2, metavar="N",
+                    help="runs again a setting whose worker process died, at most N times "
+                         "(default 2)")
+    sw.add_argument("--out", metavar="RESULTS.jsonl|.parquet",
+                    help="append each finished setting to this results file (config, "
+                         "figures, per-group figures, timings, versions); the table is built "
+                         "from it")
+    sw.add_argument("--resume", action="store_true",
+                    help="continue --out: skip the settings already in it")
+    sw.add_argument("--by", metavar="FIELD",
+                    help="also record figures per value of this metadata field (e.g. task)")
+    sw.add_argument("--top", type=int, metavar="K", help="print only the best K settings")
+    sw.add_argument("--holdout", type=float, metavar="FRACTION",
+                    help="rank on one part of the requests and report the winner on the rest: "
+                         "this share of them (e.g. 0.25), chosen by a hash of each id, is held "
+                         "out; both parts keep file order")
+    sw.add_argument("--holdout-by", metavar="FIELD=VALUE[,VALUE]",
+                    help="hold out the requests whose metadata FIELD is one of the VALUEs "
+                         "(e.g. day=2025-06-02 or tenant=b,c); rank on the others")
+    sw.add_argument("--best-as", choices=["sglang", "toml"], default=None,
+                    help="print the winner as SGLang server flags (SGLang-exact settings "
+                         "only) or as a TOML file for --config")
+    sw.add_argument("--plot", metavar="PATH.png",
+                    help="plot tokens/step and speed-up against draft_token_num, or against "
+                         "concurrency when several levels are given (matplotlib)")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    jobs = default_jobs(args)
+    check_executor_args(args, jobs)
+    if args.retries < 0:
+        raise ValueError(f"--retries must be >= 0, got {args.retries}")
+    if args.top is not None and args.top < 1:
+        raise ValueError(f"--top must be >= 1, got {args.top}")
+    if args.holdout is not None and args.holdout_by is not None:
+        raise ValueError("give --holdout or --holdout-by, not both")
+    if args.resume and not args.out:
+        raise ValueError("--resume continues a results file: give it with --out")
+    cost = cost_model(args)
+    base = base_options(args)
+    grid = _grid(args, base)
+    conc = parse_concurrency(args.concurrency)
+    all_rows, label = load(args)
+    if args.by is not None and not any(args.by in r for r in all_rows):
+        fields = sorted({k for r in all_rows for k in r} - {"prompt_ids", "output_ids"})
+        raise ValueError(f"--by {args.by}: no request has that field; fields: "
+                         f"{', '.join(fields)}")
+    holdout = args.holdout is not None or args.holdout_by is not None
+    plan = plan_sweep(all_rows, grid, concurrency=conc, base=base, backend=args.backend,
+                      cost=cost, draft_ms=args.draft_ms, by=args.by,
+                      holdout=args.holdout if args.holdout is not None else args.holdout_by)
+    rows = plan.parts["tune" if holdout else "all"]
+    held, split = plan.parts.get("holdout", []), plan.holdout
+    levels = [(c, min(c, len(rows))) for c in conc]
+    keys = plan.keys
+    results_file = (ResultsFile(args.out, sweep=plan.fingerprint, resume=args.resume)
+                    if args.out else None)
+    have = results_file.keys() if results_file is not None else set()
+    todo = plan.pending(have)
+    if results_file is not None and have:
+        out.write(f"resuming {args.out}: {len(keys) - len(todo)} of {len(keys)} settings "
+                  "already there\n")
+    bar = ProgressBar("sweep", force=args.progress, delay=0.0)
+    done: dict[str, dict] = {}
+    failed: list[tuple[int, str]] = []
+    t0 = time.perf_counter()
+    try:
+        if todo:
+            bar(len(keys) - len(todo), len(keys))
+            with make_executor(args.executor, jobs=jobs, address=args.address,
+                               retries=args.retries) as ex:
+                for f in run_sweep(plan, ex, results=results_file, todo=todo):
+                    if f.error is not None:
+                        failed.append((f.index, f.error))
+                        bar.clear()
+                        job = plan.jobs[f.index]
+                        print(f"ngramspec: setting failed: "
+                              f"{options_label(job.options, []) or 'default settings'}"
+                              f"{_part_label(job, conc, holdout)}: {f.error}",
+                              file=sys.stderr)
+                    else:
+                        done[f.record["key"]] = f.record
+                    bar(f.done, f.total)
+    finally:
+        bar.close()
+    if results_file is not None:  # the table is built from the file
+        done = {r["key"]: r for r in results_file.records()}
+    results = pair_holdout(plan, done)
+    if not results:
+        raise ValueError(f"every setting failed ({len(failed)}); nothing to rank")
+    key = "speedup" if cost is not None else "tokens_per_step"
+    by_config: dict[str, list[dict]] = {}
+    for r in results:
+        by_config.setdefault(options_label(r["options"], results), []).append(r)
+    results = rank(results, key=key)
+    shown = results[:args.top] if args.top else results
+    names = sorted({k for r in results for k in r["options"]})
+    if len(conc) > 1:
+        names.append("concurrency")
+    ranked_on = (f"ranked on {len(rows)} of {len(all_rows)} requests from {label} "
+                 f"(hold-out: {split})" if holdout else
+                 f"on {len(rows)} requests from {label}")
+    out.write(f"ngramspec sweep: {len(results)} settings {ranked_on} "
+              f"({time.perf_counter() - t0:.1f} s, {_executor_label(args, jobs)}); ranked by "
+              f"{'predicted speed-up' if cost else 'tokens per verify step'}\n\n")
+    cols = ["rank"] + names + ["tokens/step"] + (["hold-out tokens/step"] if holdout else []) + [
+        "drafts/step", "steps with a draft"]
+    if cost is not None:
+        cols += ["speed-up"] + (["hold-out speed-up"] if holdout else []) + [
+            "tok/s with", "tok/s without"]
+    lines = []
+    for i, r in enumerate(shown, 1):
+        cells = [str(i)] + [str(r["options"].get(n, r.get(n, "-"))) for n in names]
+        cells += [f"{r['tokens_per_step']:.3f}"]
+        if holdout:
+            cells += [f"{r['holdout']['tokens_per_step']:.3f}"]
+        cells += [f"{r['draft_nodes_per_step']:.2f}", pct(r["share_steps_with_draft"])]
+        if cost is not None:
+            cells += [f"{r['speedup']:.2f}x"]
+            if holdout:
+                cells += [f"{r['holdout']['speedup']:.2f}x"]
+            cells += [f"{r['speculative_tokens_per_s']:,.1f}",
+                      f"{r['baseline_tokens_per_s']:,.1f}"]
+        lines.append(cells)
+    out.write("\n".join(format_table(cols, lines)) + "\n")
+    if holdout:
+        best = results[0]
+        on_hold = sorted(results, key=lambda r: -r["holdout"][key])
+        place = next(i for i, r in enumerate(on_hold, 1) if r is best)
+        what = "speed-up" if cost is not None else "tokens/step"
+        fmt = (lambda x: f"{x:.2f}x") if cost is not None else (lambda x: f"{x:.3f}")
+        out.write(f"winner on the tuning part ({len(rows)} requests): "
+                  f"{options_label(best['options'], results)}"
+                  f"{' at concurrency ' + str(best['concurrency']) if len(conc) > 1 else ''}; "
+                  f"on the hold-out part ({len(held)} requests) its {what} is "
+                  f"{fmt(best['holdout'][key])} (tuning: {fmt(best[key])}), rank {place} of "
+                  f"{len(results)} there\n")
+    if any(asked != c for asked, c in levels):
+        out.write(f"(concurrency above {len(rows)} requests runs at {len(rows)})\n")
+    if cost is not None:
+        out.write(f"\ncost: {cost_label(cost, args)}; speed-up = baseline time / speculative "
+                  "time of the whole run at that concurrency (prefill not modelled)\n")
+        if len(conc) > 1:
+            ranked = sorted(by_config.items(), key=lambda kv: -max(r["speedup"] for r in kv[1]))
+            out.write("verdicts (best configs first):\n")
+            for name, rs in ranked[:args.top or 10]:
+                preds = [ServingPrediction(r["concurrency"], 0, 0, 1.0, r["speedup"],
+                                           r["speedup"], 0, 0.0) for r in rs]
+                out.write(f"  {name}: {verdict(preds)}\n")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"cost_model": dataclasses.asdict(cost) if isinstance(cost, CostModel)
+                       else None,
+                       "cost_table": cost.points() if isinstance(cost, CostTable) else None,
+                       "base": base, "holdout": split or None,
+                       "results": results}, f)
+    if args.plot:
+        label = cost_label(cost, args) if cost is not None else ""
+        if len(conc) > 1 and cost is not None:
+            plot_concurrency({name: [(r["concurrency"], r["speedup"]) for r in rs]
+                              for name, rs in by_config.items()}, args.plot, label)
+        else:
+            plot_sweep(results, args.plot, cost is not None, label)
+        out.write(f"plot written to {args.plot}\n")
+    if args.best_as is not None:
+        best_cfg = NgramConfig(**{**base, **results[0]["options"]})
+        if args.best_as == "toml":
+            out.write("\nbest setting as TOML (save it and pass --config FILE):\n"
+                      + best_cfg.to_toml())
+        else:
+            out.write("\nbest setting as SGLang server flags:\n"
+                      + sglang_flags(best_cfg.to_sglang_args()) + "\n")
+    if results_file is not None:
+        out.write(f"results in {args.out} ({len(done)} settings)\n")
+    if failed:
+        out.write(f"\n{len(failed)} of {len(keys)} settings failed (not ranked; errors on "
+                  f"stderr{'; --resume runs them again' if results_file is not None else ''})\n")
+        return 1
+    return 0
+
+
+def _grid(args: argparse.Namespace, base: dict[str, Any]) -> list[dict]:
+    """The grid of the comma lists, every point checked before any runs."""
+    axes = {f.name: parse_list(f.name, getattr(args, f.name), kind_of(f))
+            for f in config_fields() if getattr(args, f.name) is not None}
+    grid = expand_grid(axes)
+    for options in grid:
+        cfg = make_config(base, options, args)
+        if args.best_as == "sglang":
+            try:
+                cfg.to_sglang_args()
+            except ValueError as e:
+                raise ValueError(f"--best-as sglang: {e} (in the setting "
+                                 f"{options_label(options, []) if options else 'given'})"
+                                 ) from None
+    return grid
+
+
+def _part_label(job: Job, conc: list[int], holdout: bool) -> str:
+    extra = [f"concurrency {job.concurrency}"] if len(conc) > 1 else []
+    extra += [f"{job.part} part"] if holdout else []
+    return f" ({', '.join(extra)})" if extra else ""
+
+
+def _executor_label(args: argparse.Namespace, jobs: int | None) -> str:
+    if args.executor == "ray":
+        return f"Ray at {args.address}" if args.address else (
+            f"local Ray cluster, {jobs} CPUs" if jobs else "local Ray cluster")
+    return f"{jobs} jobs"
