@@ -119,15 +119,15 @@ class GroupStats:
     """Pooled figures over a group of requests."""
 
     requests: int
-    steps: int
-    emitted_tokens: int
-    tokens_per_step: float
-    sent_per_step: float
-    real_per_step: float
-    accepted_per_step: float
-    share_steps_with_draft: float
-    draft_us_per_step: float
-    propose_us_per_step: float
+    steps: int                      # verify steps (the prefill's token is not one)
+    emitted_tokens: int             # accepted drafts + bonus tokens, over all steps
+    tokens_per_step: float          # emitted_tokens / steps
+    sent_per_step: float            # tree nodes sent, padding included
+    real_per_step: float            # real drafts (padding excluded)
+    accepted_per_step: float        # tokens_per_step - 1: the accepted drafts
+    share_steps_with_draft: float   # steps with at least one real draft / steps
+    draft_us_per_step: float        # drafting thread CPU time (start/propose/accept/stop)
+    propose_us_per_step: float      # of which in propose
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

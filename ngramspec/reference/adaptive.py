@@ -134,14 +134,16 @@ def calibrated_conditional(table: Sequence[float], source: int, context_len: int
 
 
 def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
-                   params: AdaptiveParams, source_ids: Sequence[int] | None = None,
-                   ) -> tuple[Tree, list[float], int]:
+                   params: AdaptiveParams, source_ids: Sequence[int] | None = None, *,
+                   record: list | None = None) -> tuple[Tree, list[float], int]:
     """Expand the anchors of every source, in order, into one scored tree.
 
     Returns the tree (node 0 = root, each node's children in a libstdc++-ordered map), the
     probability of every tree node (index 0: the root, 1.0) and the drafted node count.
     ``source_ids``: per source, 0 (the request's own trie) or 1 (shared; the default for
-    all), for the calibrated estimates.
+    all), for the calibrated estimates.  ``record``, if given, receives the calibration cell of
+    every node created, in creation order: ``(source, context length, level below the anchor,
+    parent's count total, rank, count ratio)`` (the edges the calibration table is fitted on).
     """
     budget = params.budget
     cal = params.calibration
@@ -157,23 +159,25 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
             limit = params.anchor_budget(d)
             if len(tree) - 1 >= limit:
                 continue
-            heap: list[tuple[float, int, int, Node]] = []
+            heap: list[tuple[float, int, int, Node, tuple | None]] = []
             order = itertools.count()
 
             def push_children(pos: int, node: Node, prob: float) -> None:
                 kids = _scored_children(node, prob, pseudo, d + levels[pos])
                 total = _conditional_total(node)
                 # The matched length the child continues, counted from the longest anchor.
-                below = _depth(node) - d if cal else 0
+                below = _depth(node) - d if cal or record is not None else 0
                 for rank, (p, _, child) in enumerate(kids[:budget]):
                     if cal:
                         p = prob * calibrated_conditional(cal, src, below + d_top, below,
                                                           total, rank, child.freq)
-                    heapq.heappush(heap, (-p, next(order), pos, child))
+                    cell = None if record is None else (src, below + d_top, below, total, rank,
+                                                        child.freq / total)
+                    heapq.heappush(heap, (-p, next(order), pos, child, cell))
 
             push_children(0, anchor, 1.0)
             while heap and len(tree) - 1 < limit:
-                neg_p, _, parent, node = heapq.heappop(heap)
+                neg_p, _, parent, node, cell = heapq.heappop(heap)
                 p = -neg_p
                 if p <= 0.0 or p < params.min_token_prob:
                     break
@@ -184,6 +188,8 @@ def build_adaptive(sources: Sequence[Sequence[tuple[Node, int]]],
                     tree.append(UnorderedMapOrder())
                     probs.append(p)
                     levels.append(levels[parent] + 1)
+                    if record is not None:
+                        record.append(cell)
                 else:
                     probs[pos] = max(probs[pos], p)
                 push_children(pos, node, p)
