@@ -26,6 +26,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -34,32 +35,44 @@ LEGACY_VERSION = "0.5.9"
 SOURCES = ("trie.cpp", "result.cpp", "ngram.cpp", "suffix_automaton.cpp")
 WHEEL_DIR = "sglang/kernels/jit/csrc/ngram_corpus/"
 
-SHIM = r"""
-// C entry points over sglang::ngram::Ngram (ours: the peer's sources are compiled beside it).
+def _shim(namespace: str, create_args: str, settings: str, calls: str) -> str:
+    """A C shim of ours over ``<namespace>::Ngram``: error text, create (``Param`` from the
+    arguments ``create_args`` through the assignments ``settings``), destroy, reset, and the
+    version's own ``calls``; the peer's sources are compiled beside it."""
+    return ("""
+// C entry points over NS::Ngram (ours: the peer's sources are compiled beside it).
 #include "ngram.h"
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
-using sglang::ngram::Ngram;
-using sglang::ngram::Param;
+using NS::Ngram;
+using NS::Param;
 static thread_local std::string g_error;
 extern "C" {
 const char* peer_error() { return g_error.c_str(); }
-void* peer_create(int64_t capacity, int64_t min_b, int64_t max_b, int64_t depth, int64_t draft,
-                  int prob, int64_t sam_budget, int64_t max_tokens) {
+void* peer_create(int64_t capacity, ARGS) {
   try {
     Param p{};
     p.enable = true; p.enable_router_mode = false;
-    p.min_bfs_breadth = min_b; p.max_bfs_breadth = max_b; p.max_trie_depth = depth;
-    p.draft_token_num = draft; p.match_type = prob ? "PROB" : "BFS";
-    p.external_sam_budget = static_cast<size_t>(sam_budget);
-    p.external_corpus_max_tokens = static_cast<size_t>(max_tokens);
+SETTINGS
     return new Ngram(static_cast<size_t>(capacity), p);
   } catch (const std::exception& e) { g_error = e.what(); return nullptr; }
 }
 void peer_destroy(void* h) { delete static_cast<Ngram*>(h); }
+void peer_reset(void* h) { static_cast<Ngram*>(h)->reset(); }
+CALLS}
+""".replace("NS", namespace).replace("ARGS", create_args).replace("SETTINGS", settings)
+            .replace("CALLS", calls))
+
+
+SHIM = _shim("sglang::ngram", """int64_t min_b, int64_t max_b, int64_t depth, int64_t draft,
+                  int prob, int64_t sam_budget, int64_t max_tokens""", """\
+    p.min_bfs_breadth = min_b; p.max_bfs_breadth = max_b; p.max_trie_depth = depth;
+    p.draft_token_num = draft; p.match_type = prob ? "PROB" : "BFS";
+    p.external_sam_budget = static_cast<size_t>(sam_budget);
+    p.external_corpus_max_tokens = static_cast<size_t>(max_tokens);""", r"""
 int peer_insert(void* h, const int32_t* flat, const int64_t* offsets, int64_t n) {
   try {
     std::vector<std::vector<int32_t>> seqs(n);
@@ -89,35 +102,15 @@ int peer_match(void* h, const int64_t* state_ids, const int32_t* flat, const int
 void peer_erase(void* h, const int64_t* state_ids, int64_t n) {
   static_cast<Ngram*>(h)->eraseMatchState(std::vector<int64_t>(state_ids, state_ids + n));
 }
-void peer_reset(void* h) { static_cast<Ngram*>(h)->reset(); }
-}
-"""
+""")
 
-LEGACY_SHIM = r"""
-// C entry points over the window-era ngram::Ngram of sglang 0.5.9 (ours).
-#include "ngram.h"
-#include <cstdint>
-#include <cstring>
-#include <exception>
-#include <string>
-#include <vector>
-using ngram::Ngram;
-using ngram::Param;
-static thread_local std::string g_error;
-extern "C" {
-const char* peer_error() { return g_error.c_str(); }
-void* peer_create(int64_t capacity, int64_t min_b, int64_t max_b, int64_t min_w, int64_t max_w,
-                  int64_t branch, int64_t draft, int prob) {
-  try {
-    Param p{};
-    p.enable = true; p.enable_router_mode = false;
+# The window-era core of sglang 0.5.9.
+LEGACY_SHIM = _shim("ngram", """int64_t min_b, int64_t max_b, int64_t min_w, int64_t max_w,
+                  int64_t branch, int64_t draft, int prob""", """\
     p.min_bfs_breadth = min_b; p.max_bfs_breadth = max_b;
     p.min_match_window_size = min_w; p.max_match_window_size = max_w;
-    p.branch_length = branch; p.draft_token_num = draft; p.match_type = prob ? "PROB" : "BFS";
-    return new Ngram(static_cast<size_t>(capacity), p);
-  } catch (const std::exception& e) { g_error = e.what(); return nullptr; }
-}
-void peer_destroy(void* h) { delete static_cast<Ngram*>(h); }
+    p.branch_length = branch; p.draft_token_num = draft; p.match_type = prob ? "PROB" : "BFS";""",
+                    r"""
 int peer_insert(void* h, const int32_t* flat, const int64_t* offsets, int64_t n) {
   try {
     std::vector<std::vector<int32_t>> seqs(n + 1);
@@ -141,9 +134,7 @@ int peer_match(void* h, const int32_t* flat, const int64_t* offsets, int64_t n,
     return 0;
   } catch (const std::exception& e) { g_error = e.what(); return 1; }
 }
-void peer_reset(void* h) { static_cast<Ngram*>(h)->reset(); }
-}
-"""
+""")
 
 # What to take from each wheel and how to drive it.
 _PEERS = {
@@ -183,6 +174,23 @@ def compile_library(lib: Path, sources: list[Path], what: str) -> Path:
     return lib
 
 
+def extract_from_wheel(version: str, dest: Callable[[str], Path | None]) -> None:
+    """Download SGLang ``version``'s wheel (without its dependencies) and write each member
+    ``name`` for which ``dest(name)`` gives a path, there."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+               f"sglang=={version}", "-d", tmp]
+        if subprocess.run(cmd, capture_output=True).returncode != 0:
+            raise PeerUnavailable(f"pip could not download sglang=={version}")
+        wheel = next(Path(tmp).glob("sglang-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                path = dest(name)
+                if path is not None:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(z.read(name))
+
+
 def build(version: str = SGLANG_VERSION) -> Path:
     """Download and extract the peer's sources once, compile them with our shim once; return
     the shared library's path.
@@ -200,17 +208,8 @@ def build(version: str = SGLANG_VERSION) -> Path:
         raise PeerUnavailable("no C++ compiler (g++) to build SGLang's core")
     src = out / "src"
     if not all((src / f).exists() for f in spec["sources"]):
-        src.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                   f"sglang=={version}", "-d", tmp]
-            if subprocess.run(cmd, capture_output=True).returncode != 0:
-                raise PeerUnavailable(f"pip could not download sglang=={version}")
-            wheel = next(Path(tmp).glob("sglang-*.whl"))
-            with zipfile.ZipFile(wheel) as z:
-                for name in z.namelist():
-                    if name.startswith(spec["wheel_dir"]) and not name.endswith("/"):
-                        (src / Path(name).name).write_bytes(z.read(name))
+        extract_from_wheel(version, lambda name: src / Path(name).name if name.startswith(
+            spec["wheel_dir"]) and not name.endswith("/") else None)
     (src / "peer_shim.cpp").write_text(spec["shim"])
     return compile_library(lib, [src / f for f in spec["sources"]] + [src / "peer_shim.cpp"],
                            "SGLang's core")
