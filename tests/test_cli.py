@@ -12,22 +12,15 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from ngramspec.cli import ProgressBar, main
-from ngramspec.streams import embedded_streams_path, write_streams
-
-
-def run(argv):
-    out = io.StringIO()
-    code = main(argv, stdout=out)
-    return code, out.getvalue()
+from cli_helpers import few_streams, run
+from ngramspec.cli import ProgressBar
+from ngramspec.streams import embedded_streams_path
 
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory):
     rows = ns.read_streams(embedded_streams_path())[::11]
-    path = tmp_path_factory.mktemp("s") / "few.jsonl.gz"
-    write_streams(rows, path)
-    return path, rows
+    return few_streams(tmp_path_factory, rows), rows
 
 
 def test_simulate_table_and_json(streams, tmp_path):

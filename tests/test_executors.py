@@ -6,7 +6,6 @@ local cluster of 2 CPUs started once for the module.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import ngramspec as ns
-from ngramspec.cli import main
+from cli_helpers import few_streams, run
 from ngramspec.sweep import (RESULT_FIELDS, TIMING_FIELDS, LocalExecutor, ResultsFile,
                              ResultsFileError, make_executor)
 from ngramspec.streams import embedded_streams_path, write_streams
@@ -27,18 +26,9 @@ from ngramspec.streams import embedded_streams_path, write_streams
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(argv):
-    out = io.StringIO()
-    code = main(argv, stdout=out)
-    return code, out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory):
-    rows = ns.read_streams(embedded_streams_path())[:40]
-    path = tmp_path_factory.mktemp("s") / "few.jsonl.gz"
-    write_streams(rows, path)
-    return path
+    return few_streams(tmp_path_factory, ns.read_streams(embedded_streams_path())[:40])
 
 
 # Task functions (module level: pickled by name).

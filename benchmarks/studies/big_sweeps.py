@@ -1,9 +1,9 @@
 """Big sweeps and big corpora: the measurements behind docs/big-sweeps.md.
 
-    python benchmarks/big_sweeps.py scaling --repeats 5     # 16 settings, 2 jobs vs 1, both grids
-    python benchmarks/big_sweeps.py ray --repeats 5         # Ray overhead per setting
-    python benchmarks/big_sweeps.py generate DIR --requests 1000000 --files 10
-    python benchmarks/big_sweeps.py stream DIR              # peak memory and tokens/s
+    python -m benchmarks.studies.big_sweeps scaling --repeats 5   # 16 settings, 2 jobs vs 1
+    python -m benchmarks.studies.big_sweeps ray --repeats 5       # Ray overhead per setting
+    python -m benchmarks.studies.big_sweeps generate DIR --requests 1000000 --files 10
+    python -m benchmarks.studies.big_sweeps stream DIR            # peak memory and tokens/s
 
 ``generate`` writes a synthetic corpus cut from the streams shipped with ngramspec: request
 ``j`` takes shipped request ``j % 133``, a window of its output as the continuation (24 tokens)
@@ -25,7 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from ngramspec.streams import embedded_streams_path, read_streams
+from ngramspec.sweep import LocalExecutor, RayExecutor, expand_grid, plan_sweep, run_job
+
+# The checkout this file belongs to: the commands below run its copy of ngramspec.
+ROOT = Path(__file__).resolve().parents[2]
 # Two 16-setting grids: SGLang's BFS/PROB (about 0.1 s per setting on the shipped streams)
 # and ADAPTIVE around recommended() (about 0.25 s per setting).
 GRIDS = {
@@ -65,15 +69,10 @@ def _noop(task, shared):
 
 
 def ray_overhead(repeats: int) -> None:
-    sys.path.insert(0, str(ROOT))
-    from ngramspec import cli
-    from ngramspec.executors import LocalExecutor, RayExecutor
-    from ngramspec.streams import embedded_streams_path, read_streams
-
     rows = read_streams(embedded_streams_path())
-    parts = {"all": rows}
-    jobs = [({"draft_token_num": d, "match_type": m}, 1, 1, "numba", None, None, {}, "all",
-             None, "bench") for d in range(2, 17, 2) for m in ("BFS", "PROB")]
+    plan = plan_sweep(rows, expand_grid({"draft_token_num": list(range(2, 17, 2)),
+                                         "match_type": ["BFS", "PROB"]}))
+    jobs, parts = plan.jobs, plan.parts
     t0 = time.perf_counter()
     ray_ex = RayExecutor(jobs=2)
     start = time.perf_counter() - t0
@@ -82,7 +81,7 @@ def ray_overhead(repeats: int) -> None:
 
     def wall(ex):
         t = time.perf_counter()
-        outs = list(ex.run(cli._run_one, jobs, shared=parts))
+        outs = list(ex.run(run_job, jobs, shared=parts))
         assert all(o.error is None for o in outs), [o.error for o in outs if o.error]
         return time.perf_counter() - t, sum(o.seconds for o in outs)
 
@@ -114,9 +113,6 @@ def ray_overhead(repeats: int) -> None:
 
 
 def generate(out: Path, requests: int, files: int) -> None:
-    sys.path.insert(0, str(ROOT))
-    from ngramspec.streams import embedded_streams_path, read_streams
-
     rows = read_streams(embedded_streams_path())
     out.mkdir(parents=True, exist_ok=True)
     per_file = -(-requests // files)

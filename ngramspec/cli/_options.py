@@ -141,6 +141,11 @@ def add_progress(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
                    help="progress bar on stderr (default: when stderr is a terminal)")
 
 
+def add_model(p: argparse.ArgumentParser) -> None:
+    """MODEL_DIR of the commands that run a transformers model."""
+    p.add_argument("model", metavar="MODEL_DIR", help="a local transformers model directory")
+
+
 def add_torch_flags(p: argparse.ArgumentParser, *, threads: str) -> None:
     """--device, --dtype and --threads of the commands that run a transformers model."""
     p.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")

@@ -6,7 +6,7 @@ import argparse
 from typing import TextIO
 
 from ..costs import CostTable, parse_concurrency
-from ._options import add_progress, add_torch_flags, check_out_dir, write_atomic
+from ._options import add_model, add_progress, add_torch_flags, check_out_dir, write_atomic
 from ._report import ProgressBar, format_table
 
 HELP = "measure a cost table for a transformers model"
@@ -18,7 +18,7 @@ DESCRIPTION = ("Measure step times of a transformers causal LM on this machine (
 
 
 def add_arguments(cal: argparse.ArgumentParser) -> None:
-    cal.add_argument("model", metavar="MODEL_DIR", help="a local transformers model directory")
+    add_model(cal)
     cal.add_argument("--batch", default="1,2,3,4,16,48", metavar="LIST",
                      help="batch sizes (default 1,2,3,4,16,48: simulate's 1,4,16,48 and the "
                           "batches of 2 and 3 that concurrency 4 drains through)")

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ..costs import CostTable, parse_concurrency
 from ..streams import read_streams
-from ._options import (add_config_flags, add_progress, add_torch_flags, base_options,
+from ._options import (add_config_flags, add_model, add_progress, add_torch_flags, base_options,
                        check_out_dir, config_options, make_config, write_atomic)
 from ._report import ProgressBar, config_line, format_table
 
@@ -21,7 +21,7 @@ DESCRIPTION = ("Decode recorded streams on a transformers model, teacher-forced 
 
 
 def add_arguments(chk: argparse.ArgumentParser) -> None:
-    chk.add_argument("model", metavar="MODEL_DIR", help="a local transformers model directory")
+    add_model(chk)
     chk.add_argument("streams", nargs="+", metavar="STREAMS",
                      help="recorded streams (.jsonl, .jsonl.gz or .parquet), decoded in order")
     chk.add_argument("--cost-table", required=True, metavar="FILE",
