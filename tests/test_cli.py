@@ -116,6 +116,37 @@ def test_progress_bar():
     assert quiet.getvalue() == ""
 
 
+def test_every_command_dispatches_to_its_own_row(monkeypatch):
+    """main() runs the row of the command named, never another (no fall-through)."""
+    import dataclasses
+
+    import ngramspec.cli as cli
+
+    seen = []
+    rows = tuple(dataclasses.replace(c, run=lambda args, out, name=c.name: seen.append(
+        (name, args.command)) or 7) for c in cli.COMMANDS)
+    monkeypatch.setattr(cli, "COMMANDS", rows)
+    required = {"streams": ["import", "f", "--format", "token-ids", "--out", "o"],
+                "calibrate": ["m", "--out", "o.csv"], "check": ["m", "s", "--cost-table", "c"]}
+    for c in rows:
+        assert cli.main([c.name, *required.get(c.name, [])]) == 7
+    assert seen == [(c.name, c.name) for c in rows]
+    assert [c.name for c in rows] == ["simulate", "sweep", "streams", "calibrate", "check"]
+
+
+def test_a_command_that_reads_its_own_arguments_is_one_row(monkeypatch, capsys):
+    import ngramspec.cli as cli
+
+    row = cli.forward("count-args", "builtins:len", help="exit status: how many arguments")
+    monkeypatch.setattr(cli, "COMMANDS", cli.COMMANDS + (row,))
+    assert cli.main(["count-args", "--model-path", "x", "--help"]) == 3
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "{simulate,sweep,calibrate,check,streams,count-args}" in out
+    assert "exit status: how many arguments" in out
+
+
 def test_python_dash_m():
     out = subprocess.run([sys.executable, "-m", "ngramspec", "simulate", "--limit", "2"],
                          capture_output=True, text=True, check=True)
