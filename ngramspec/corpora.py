@@ -6,7 +6,7 @@ from which a suffix automaton is built once (:mod:`ngramspec.reference.sam` is t
 model, :mod:`ngramspec.engine.sam` the Numba one).  With ``external_sam_budget > 0`` every match
 splits the draft budget between the trie and the loaded corpora, asks each corpus for its own
 small tree and merges them in SGLang's corpus order, which is the iteration order of a
-libstdc++ ``std::unordered_map<std::string, ...>`` (:class:`CorpusOrder`).
+libstdc++ ``std::unordered_map<std::string, ...>`` (:class:`~ngramspec.stdorder.CorpusOrder`).
 
 :class:`~ngramspec.NgramCache` owns one :class:`Corpora` and delegates ``add_corpus``,
 ``remove_corpus``, ``clear_corpora`` and ``corpora`` to it.
@@ -22,7 +22,7 @@ from typing import Any, Hashable, Iterable, Sequence
 import numpy as np
 
 from .config import NgramConfig
-from .stdorder import HASHTABLE_BUCKET_COUNTS
+from .stdorder import CorpusOrder, string_hash
 
 __all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream", "read_corpus",
            "tree_paths", "automaton_bytes"]
@@ -30,127 +30,6 @@ __all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream"
 #: The token SGLang puts between the documents of a corpus (``INT32_MIN``).
 SEPARATOR = -(2**31)
 _INT32_MAX = 2**31 - 1
-_MASK64 = (1 << 64) - 1
-
-
-def string_hash(key: str) -> int:
-    """libstdc++'s ``std::hash<std::string>`` on 64-bit Linux: ``_Hash_bytes`` (a MurmurHash2
-    variant, seed ``0xc70f6907``) over the UTF-8 bytes.
-
-    Examples
-    --------
-    >>> string_hash("docs"), string_hash("")
-    (10897595616481244391, 6142509188972423790)
-    """
-    data = key.encode("utf-8")
-    mul = 0xC6A4A7935BD1E995
-
-    def shift_mix(v: int) -> int:
-        return v ^ (v >> 47)
-
-    h = (0xC70F6907 ^ (len(data) * mul)) & _MASK64
-    full = len(data) // 8 * 8
-    for i in range(0, full, 8):
-        w = int.from_bytes(data[i:i + 8], "little")
-        h = ((h ^ ((shift_mix((w * mul) & _MASK64) * mul) & _MASK64)) * mul) & _MASK64
-    if len(data) % 8:
-        h = ((h ^ int.from_bytes(data[full:], "little")) * mul) & _MASK64
-    h = (shift_mix(h) * mul) & _MASK64
-    return shift_mix(h)
-
-
-class CorpusOrder:
-    """The iteration order of a libstdc++ ``unordered_map<std::string, ...>`` (spec §3.6.9).
-
-    A list whose ids of one bucket stand together: a new id goes just before the first id of
-    its bucket, or at the front when its bucket is empty; a rehash replays the list from the
-    front.  Erasing takes an id out; clearing empties the list; neither shrinks the buckets.
-
-    Examples
-    --------
-    >>> order = CorpusOrder()
-    >>> for cid in ["docs", "wiki", "code"]:
-    ...     order.insert(cid)
-    >>> list(order)
-    ['wiki', 'code', 'docs']
-    >>> order.erase("docs"); order.insert("docs"); list(order)
-    ['wiki', 'docs', 'code']
-    """
-
-    def __init__(self) -> None:
-        self._ids: list[str] = []
-        self._hash: dict[str, int] = {}  # cached hash codes, as libstdc++ keeps them
-        self.bucket_count = 1
-        self._next_resize = 0
-
-    def __iter__(self):
-        return iter(list(self._ids))
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def insert(self, key: str) -> None:
-        size = len(self._ids)
-        if size + 1 > self._next_resize:
-            want = max(size + 1, 11 if self._next_resize == 0 else 0)
-            if want >= self.bucket_count:
-                self._rehash(self._next_bucket_count(max(want + 1, 2 * self.bucket_count)))
-            else:
-                self._next_resize = self.bucket_count
-        self._hash[key] = string_hash(key)
-        self._place(self._ids, key, self.bucket_count)
-
-    def restore(self, ids: Sequence[str], bucket_count: int, next_resize: int) -> None:
-        """Take a saved state: ``ids`` in iteration order and the table's sizes.  Raises
-        ValueError if the ids of a bucket do not stand together (no table has that order)."""
-        hashes = {key: string_hash(key) for key in ids}
-        seen: list[int] = []
-        for key in ids:
-            b = hashes[key] % bucket_count
-            if b in seen and seen[-1] != b:
-                raise ValueError(f"corpus order {list(ids)} is impossible with {bucket_count} "
-                                 "buckets")
-            if not seen or seen[-1] != b:
-                seen.append(b)
-        self._ids = list(ids)
-        self._hash = hashes
-        self.bucket_count = bucket_count
-        self._next_resize = next_resize
-
-    def erase(self, key: str) -> None:
-        self._ids.remove(key)
-        del self._hash[key]
-
-    def clear(self) -> None:
-        self._ids.clear()
-        self._hash.clear()
-
-    @staticmethod
-    def _next_bucket_count(at_least: int) -> int:
-        # libstdc++'s next_bkt: a small table below 14, else its next prime; growth by
-        # doubling from 13 visits exactly the bucket counts the int map goes through.
-        if at_least < 14:
-            return (2, 2, 2, 3, 5, 5, 7, 7, 11, 11, 11, 11, 13, 13)[at_least]
-        for count in HASHTABLE_BUCKET_COUNTS:
-            if count >= at_least:
-                return count
-        raise OverflowError("more corpora than modelled")
-
-    def _place(self, ids: list[str], key: str, bucket_count: int) -> None:
-        b = self._hash[key] % bucket_count
-        for i, other in enumerate(ids):
-            if self._hash[other] % bucket_count == b:
-                ids.insert(i, key)
-                return
-        ids.insert(0, key)
-
-    def _rehash(self, bucket_count: int) -> None:
-        rehashed: list[str] = []
-        for key in self._ids:
-            self._place(rehashed, key, bucket_count)
-        self._ids = rehashed
-        self.bucket_count = bucket_count
-        self._next_resize = bucket_count
 
 
 def _as_document(doc: Any, i: int) -> np.ndarray:

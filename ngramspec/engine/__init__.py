@@ -6,6 +6,14 @@ State travels between kernels as named-tuple bundles: :data:`~.trie.Trie` (owned
 Kernels called from Python take them as plain tuples (cheaper to dispatch) and rebuild the
 named view on entry (``Trie(*trie)``).  The serving-loop replay's one entry point is
 :func:`~.replay.replay`.
+
+One of each algorithm: the trie's insert and child table (:mod:`.trie`), the libstdc++
+``unordered_map`` order of tree children (:mod:`.tree`), the libstdc++ heap (:mod:`.heap`).
+Modules by topic: :mod:`.trie`, :mod:`.match` (anchors), :mod:`.tree` (BFS/PROB trees and
+the layout), :mod:`.adaptive`, :mod:`.batch` (the backend's match kernels) and
+:mod:`.backend`, :mod:`.automaton`, :mod:`.corpus_tree` and :mod:`.sam` (external corpora),
+:mod:`.replay_kernel` and its driver :mod:`.replay`, :mod:`.steps`, :mod:`.export`,
+:mod:`.integrity`.
 """
 
 from .backend import EngineBackend

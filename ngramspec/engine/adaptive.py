@@ -4,8 +4,9 @@
 Up to two sources (a request's own trie, then the shared one) are given as the arrays of two
 tries; anchors are found statelessly (walked from the root), or, for the own trie, handed over
 by a caller that knows them (the compiled replay: its last insert walked them).  The candidate
-heap is preallocated to its bound and keyed by (probability descending, push order
-ascending): all keys differ, so any correct heap pops in the reference's order.
+heap (the engine's one, :mod:`~ngramspec.engine.heap`) is preallocated to its bound and keyed
+by (probability descending, push order ascending): all keys differ, so any correct heap pops
+in the reference's order.
 
 The estimates (count ratios, or :func:`cond_estimate` with a calibration table) and the size
 chosen after construction (:func:`keeps_tree` for a fixed ``min_expected_accept``;
@@ -20,7 +21,8 @@ from collections import namedtuple
 import numpy as np
 
 from .._jit import jit
-from .tree import _map_insert, _tree_reset, fill_result
+from .heap import heap_pop, heap_push
+from .tree import TREE_ROWS, _map_insert, _tree_reset, fill_result
 from .trie import _SCAN, Trie, _slot
 
 __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adaptive_saved",
@@ -32,9 +34,9 @@ __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adapt
 #: trie node), ``t_lvl``, the tree level of each tree node, and ``l_nodes``: the own trie's
 #: node of each context suffix, when the caller knows them (index ``d``: the suffix of ``d``
 #: tokens, -1 absent).
-AdaptiveScratch = namedtuple("AdaptiveScratch", "a_nodes a_depths t_tok t_head t_next t_cnt "
-                                                "t_bc order t_prob slot_parent k_p k_node h_p "
-                                                "h_o h_par h_node t_lvl l_nodes")
+AdaptiveScratch = namedtuple("AdaptiveScratch", "a_nodes a_depths tree order t_prob "
+                                                "slot_parent k_p k_node h_p h_o h_par h_node "
+                                                "t_lvl l_nodes")
 
 
 @jit
@@ -50,50 +52,13 @@ def adaptive_scratch(budget, max_depth):
     cap = (2 * budget + 2) * budget + 16
     return AdaptiveScratch(
             np.empty(max_depth, np.int32), np.empty(max_depth, np.int32),  # anchors
-            np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32),  # tree
-            np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
+            np.empty((TREE_ROWS, n), np.int32), np.empty(n, np.int32),  # tree, order
             np.empty(n, np.float64), np.empty(n, np.int32),  # t_prob, slot parents
             np.empty(max(budget, 1), np.float64), np.empty(max(budget, 1), np.int32),  # top kids
             np.empty(cap, np.float64), np.empty(cap, np.int64), np.empty(cap, np.int32),
             np.empty(cap, np.int32),  # heap: p, order, tree parent, trie node
             np.zeros(n, np.int32),  # tree levels
             np.full(max_depth + 1, -1, np.int32))  # known own-trie anchors
-
-
-@jit
-def _before(p1, o1, p2, o2):
-    return p1 > p2 or (p1 == p2 and o1 < o2)
-
-
-@jit
-def _heap_push(h_p, h_o, h_par, h_node, size, p, o, par, node):
-    i = size
-    while i > 0:
-        up = (i - 1) // 2
-        if not _before(p, o, h_p[up], h_o[up]):
-            break
-        h_p[i], h_o[i], h_par[i], h_node[i] = h_p[up], h_o[up], h_par[up], h_node[up]
-        i = up
-    h_p[i], h_o[i], h_par[i], h_node[i] = p, o, par, node
-
-
-@jit
-def _heap_pop(h_p, h_o, h_par, h_node, size):
-    """Remove the top of [0, size); the caller read it first."""
-    last = size - 1
-    p, o, par, node = h_p[last], h_o[last], h_par[last], h_node[last]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= last:
-            break
-        if c + 1 < last and _before(h_p[c + 1], h_o[c + 1], h_p[c], h_o[c]):
-            c += 1
-        if not _before(h_p[c], h_o[c], p, o):
-            break
-        h_p[i], h_o[i], h_par[i], h_node[i] = h_p[c], h_o[c], h_par[c], h_node[c]
-        i = c
-    h_p[i], h_o[i], h_par[i], h_node[i] = p, o, par, node
 
 
 @jit
@@ -137,8 +102,8 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
     anchors' nodes are in ``sc.l_nodes`` (else each is walked from the root)."""
     max_depth, budget, min_prob, factor, _, shared_pseudo = params
     pseudo = shared_pseudo if src == 1 else 0.0
-    (_, _, t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob, _, k_p, k_node,
-     h_p, h_o, h_par, h_node, t_lvl, l_nodes) = sc
+    (_, _, tree, order, t_prob, _, k_p, k_node, h_p, h_o, h_par, h_node, t_lvl, l_nodes) = sc
+    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
     tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
     mask = ht.size - 1
     # Every context suffix up to the trie depth that is a trie path with children, longest
@@ -230,13 +195,13 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
                     if cal.size:
                         p = prob * cond_estimate(cal, src, below + d_top, below, total, j,
                                                  freq[k_node[j]])
-                    _heap_push(h_p, h_o, h_par, h_node, size, p, pushes, pos, k_node[j])
+                    heap_push(h_p, h_o, h_par, h_node, size, p, pushes, pos, k_node[j])
                     size += 1
                     pushes += 1
             if size == 0 or used >= limit:
                 break
             prob, parent, node = h_p[0], h_par[0], h_node[0]
-            _heap_pop(h_p, h_o, h_par, h_node, size)
+            heap_pop(h_p, h_o, h_par, h_node, size)
             size -= 1
             if prob <= 0.0 or prob < min_prob:
                 break
@@ -249,8 +214,7 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
             if pos == -1:
                 used += 1
                 pos = used
-                _map_insert(parent, pos, tn, t_tok, t_head, t_next, t_cnt, t_bc,
-                            bucket_counts, order)
+                _map_insert(parent, pos, tn, tree, bucket_counts, order)
                 t_prob[pos] = prob
                 t_lvl[pos] = t_lvl[parent] + 1
             elif prob > t_prob[pos]:
@@ -268,15 +232,15 @@ def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_ma
     counts); ``local_known``: the caller wrote the local trie's node of every context suffix
     into ``sc.l_nodes`` (its anchors need no walks)."""
     min_expected = params[4]
-    t_head, t_cnt, t_bc, order, t_prob = sc.t_head, sc.t_cnt, sc.t_bc, sc.order, sc.t_prob
-    _tree_reset(t_head, t_cnt, t_bc)
+    tree, order, t_prob = sc.tree, sc.order, sc.t_prob
+    _tree_reset(tree)
     t_prob[0] = 1.0
     used = 0
     if local is not None:
         used = _expand_source(ctx, params, local, bucket_counts, sc, used, 0, cal, local_known)
     used = _expand_source(ctx, params, shared, bucket_counts, sc, used, 1, cal, False)
     if used > 0 and not keeps_tree(t_prob, used, min_expected):
-        _tree_reset(t_head, t_cnt, t_bc)
+        _tree_reset(tree)
         used = 0
     n = params[1] + 1
     fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
@@ -302,7 +266,8 @@ def keeps_tree(t_prob, used, min_expected):
 def save_creation(sc, used, tok_row, par_row, prob_row):
     """Node ``1 .. used`` of the tree in ``sc`` (creation order: every prefix is a tree) as
     token, parent node and probability rows, for :func:`layout_prefix`."""
-    t_head, t_next, t_tok, t_prob = sc.t_head, sc.t_next, sc.t_tok, sc.t_prob
+    tree, t_prob = sc.tree, sc.t_prob
+    t_tok, t_head, t_next = tree[0], tree[1], tree[2]
     prob_row[0] = 1.0
     for p in range(used + 1):
         c = t_head[p]
@@ -351,12 +316,10 @@ def layout_prefix(last_token, k, tok_row, par_row, prob_row, sc, bucket_counts, 
                   out_mask, out_prob):
     """Lay out the first ``k`` nodes of a saved tree (:func:`save_creation`): inserted again
     in creation order, the maps are those the construction had after its ``k``-th node."""
-    t_tok, t_head, t_next, t_cnt, t_bc, order, t_prob = (sc.t_tok, sc.t_head, sc.t_next,
-                                                         sc.t_cnt, sc.t_bc, sc.order, sc.t_prob)
-    _tree_reset(t_head, t_cnt, t_bc)
+    tree, order, t_prob = sc.tree, sc.order, sc.t_prob
+    _tree_reset(tree)
     for pos in range(1, k + 1):
-        _map_insert(par_row[pos], pos, tok_row[pos], t_tok, t_head, t_next, t_cnt, t_bc,
-                    bucket_counts, order)
+        _map_insert(par_row[pos], pos, tok_row[pos], tree, bucket_counts, order)
         t_prob[pos] = prob_row[pos]
     n = out_tokens.size
     fill_result(last_token, n, sc, out_tokens, out_mask)

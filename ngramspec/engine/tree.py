@@ -1,8 +1,12 @@
 """Draft-tree kernels: BFS and PROB builders, libstdc++ orders, SGLang's output layout.
 
 Tree node ``i`` (0 = root) keeps its children as a singly linked list in the iteration order of
-a libstdc++ ``unordered_map`` (see :mod:`ngramspec.stdorder` for the readable model): ``head``,
-``nxt``, the element count and the current bucket count.
+a libstdc++ ``unordered_map`` (see :mod:`ngramspec.stdorder` for the readable model).  This is
+the engine's one compiled model of that order (:func:`_map_insert`, :func:`_map_get`), used by
+the trie's trees here, ADAPTIVE's and the corpora's: a tree is one ``(TREE_ROWS, n)`` int32
+array (one array, not six: a bundle of arrays costs reference counting at every helper call)
+whose rows hold per node its token, first child, next sibling, child count, bucket count and
+bucket under its parent (kept so that a placement takes one modulo, not one per sibling).
 """
 
 from __future__ import annotations
@@ -13,20 +17,26 @@ import numpy as np
 
 from .._jit import jit, jit_inline
 from ..stdorder import HASHTABLE_BUCKET_COUNTS
+from .heap import heap_pop, heap_push
 
 __all__ = ["Scratch", "new_scratch", "scratch_sizes", "scratch_in", "build_bfs",
-           "build_bfs_scheduled", "build_prob", "fill_result", "fill_layout", "BUCKET_COUNTS"]
+           "build_bfs_scheduled", "build_prob", "fill_result", "fill_layout", "BUCKET_COUNTS",
+           "TREE_ROWS"]
 
 #: libstdc++'s bucket counts as the tree kernels take them (passed in: one array, not a global).
 BUCKET_COUNTS = np.asarray(HASHTABLE_BUCKET_COUNTS, dtype=np.int64)
+#: Rows of a tree array: token, first child, next sibling, child count, bucket count, bucket.
+TREE_ROWS = 6
 
 #: Work arrays for drafting one request at a time (reused across a batch): the match kernel's
-#: ``m_scratch``, the anchors ``a_nodes``/``a_depths``; the tree (``t_tok``, ``t_head``,
-#: ``t_next``, ``t_cnt``, ``t_bc``: libstdc++ map per node), ``order`` (rehash and layout
-#: queue), the BFS queue ``q_par``/``q_breadth``/``q_node``, ``slot_parent`` (layout), the PROB
-#: heap ``h_p``/``h_par``/``h_node`` and its top-k list ``k_node``.  See :func:`new_scratch`.
-Scratch = namedtuple("Scratch", "m_scratch a_nodes a_depths t_tok t_head t_next t_cnt t_bc "
-                                "order q_par q_breadth q_node slot_parent h_p h_par h_node k_node")
+#: ``m_scratch``, the anchors ``a_nodes``/``a_depths``; the ``tree`` (``(TREE_ROWS, n)``:
+#: libstdc++ map per node), ``order`` (rehash and layout queue), the BFS queue
+#: ``q_par``/``q_breadth``/``q_node``, ``slot_parent`` (layout), the PROB heap
+#: ``h_p``/``h_o``/``h_par``/``h_node`` (:mod:`~ngramspec.engine.heap`) and its top-k list
+#: ``k_node``.  See :func:`new_scratch`.
+Scratch = namedtuple("Scratch", "m_scratch a_nodes a_depths tree "
+                                "order q_par q_breadth q_node slot_parent h_p h_o h_par h_node "
+                                "k_node")
 
 
 @jit
@@ -43,34 +53,34 @@ def scratch_sizes(budget, max_depth, max_b):
     """Lengths of the int32, int64 and float64 buffers :func:`scratch_in` slices."""
     n = budget + 1
     heap_cap = max_b * max_depth * (n + 1) + 1
-    return 3 * max_depth + 6 * n + 2 * (n + 1) + 2 * heap_cap + max_b, n, n + 1 + heap_cap
+    return (3 * max_depth + (TREE_ROWS + 2) * n + 2 * (n + 1) + 3 * heap_cap + max_b, n,
+            n + 1 + heap_cap)
 
 
 @jit
 def scratch_in(bufs, budget, max_depth, max_b):
     """A :data:`Scratch` of slices of ``bufs`` (int32, int64, float64 arrays at least
     :func:`scratch_sizes` long), which the caller keeps and reuses: measured, slicing costs a
-    tenth of allocating the 17 arrays per call."""
+    tenth of allocating the 14 arrays per call.  (The int64 buffer is no longer read.)"""
     b32, b64, bf = bufs
     n = budget + 1
     heap_cap = max_b * max_depth * (n + 1) + 1
     d = max_depth
     m_scratch, a_nodes, a_depths = b32[:d], b32[d:2 * d], b32[2 * d:3 * d]
     at = 3 * d
-    t_tok, t_head, t_next = b32[at:at + n], b32[at + n:at + 2 * n], b32[at + 2 * n:at + 3 * n]
-    at += 3 * n
-    t_cnt, order, slot_parent = (b32[at:at + n], b32[at + n:at + 2 * n],
-                                 b32[at + 2 * n:at + 3 * n])
-    at += 3 * n
+    tree = b32[at:at + TREE_ROWS * n].reshape((TREE_ROWS, n))
+    at += TREE_ROWS * n
+    order, slot_parent = b32[at:at + n], b32[at + n:at + 2 * n]
+    at += 2 * n
     q_par, q_node = b32[at:at + n + 1], b32[at + n + 1:at + 2 * n + 2]
     at += 2 * n + 2
     h_par, h_node = b32[at:at + heap_cap], b32[at + heap_cap:at + 2 * heap_cap]
-    at += 2 * heap_cap
+    h_o = b32[at + 2 * heap_cap:at + 3 * heap_cap]
+    at += 3 * heap_cap
     k_node = b32[at:at + max_b]
-    t_bc = b64[:n]
     q_breadth, h_p = bf[:n + 1], bf[n + 1:n + 1 + heap_cap]
-    return Scratch(m_scratch, a_nodes, a_depths, t_tok, t_head, t_next, t_cnt, t_bc, order,
-                   q_par, q_breadth, q_node, slot_parent, h_p, h_par, h_node, k_node)
+    return Scratch(m_scratch, a_nodes, a_depths, tree, order, q_par, q_breadth, q_node,
+                   slot_parent, h_p, h_o, h_par, h_node, k_node)
 
 
 @jit_inline
@@ -85,71 +95,75 @@ def _bucket(token, bucket_count):
 
 
 @jit_inline
-def _place(par, idx, bucket_count, t_tok, t_head, t_next):
-    b = _bucket(t_tok[idx], bucket_count)
+def _place(tree, par, idx, b):
+    """Put ``idx`` (bucket ``b``) in ``par``'s child list as libstdc++ does: in front of the
+    first child of the same bucket, else at the front of the list."""
+    tree[5, idx] = b
     prev = -1
-    cur = t_head[par]
-    while cur != -1:
-        if _bucket(t_tok[cur], bucket_count) == b:
-            break
+    cur = tree[1, par]
+    while cur != -1 and tree[5, cur] != b:
         prev = cur
-        cur = t_next[cur]
-    if cur == -1:  # empty bucket: the front of the whole list
-        t_next[idx] = t_head[par]
-        t_head[par] = idx
-    else:  # in front of the first element of the bucket's run
-        t_next[idx] = cur
+        cur = tree[2, cur]
+    if cur == -1:
+        tree[2, idx] = tree[1, par]
+        tree[1, par] = idx
+    else:
+        tree[2, idx] = cur
         if prev == -1:
-            t_head[par] = idx
+            tree[1, par] = idx
         else:
-            t_next[prev] = idx
+            tree[2, prev] = idx
 
 
 @jit_inline
-def _map_insert(par, idx, token, t_tok, t_head, t_next, t_cnt, t_bc, bucket_counts, order):
-    t_tok[idx] = token
-    t_next[idx] = -1
-    t_head[idx] = -1
-    t_cnt[idx] = 0
-    t_bc[idx] = 1
-    bc = t_bc[par]
+def _map_insert(par, idx, token, tree, bucket_counts, order):
+    """Child ``idx`` with ``token`` under ``par``, in libstdc++ ``unordered_map`` order: the
+    first insert makes the first bucket count, an insert beyond the count rehashes to the next
+    (replaying the list from the front, ``order``: work space of ``n``)."""
+    tree[0, idx] = token
+    tree[2, idx] = -1
+    tree[1, idx] = -1
+    tree[3, idx] = 0
+    tree[4, idx] = 1
+    bc = tree[4, par]
     threshold = 0 if bc == 1 else bc
-    if t_cnt[par] + 1 > threshold:
+    if tree[3, par] + 1 > threshold:
         new_bc = bc
         for c in bucket_counts:
             if c > bc:
                 new_bc = c
                 break
         n = 0
-        cur = t_head[par]
+        cur = tree[1, par]
         while cur != -1:
             order[n] = cur
             n += 1
-            cur = t_next[cur]
-        t_head[par] = -1
+            cur = tree[2, cur]
+        tree[1, par] = -1
         for k in range(n):
-            _place(par, order[k], new_bc, t_tok, t_head, t_next)
-        t_bc[par] = new_bc
+            c = order[k]
+            _place(tree, par, c, _bucket(tree[0, c], new_bc))
+        tree[4, par] = new_bc
         bc = new_bc
-    _place(par, idx, bc, t_tok, t_head, t_next)
-    t_cnt[par] += 1
+    _place(tree, par, idx, _bucket(token, bc))
+    tree[3, par] += 1
 
 
 @jit_inline
-def _map_get(par, token, t_tok, t_head, t_next):
-    cur = t_head[par]
+def _map_get(par, token, tree):
+    cur = tree[1, par]
     while cur != -1:
-        if t_tok[cur] == token:
+        if tree[0, cur] == token:
             return cur
-        cur = t_next[cur]
+        cur = tree[2, cur]
     return -1
 
 
 @jit_inline
-def _tree_reset(t_head, t_cnt, t_bc):
-    t_head[0] = -1
-    t_cnt[0] = 0
-    t_bc[0] = 1
+def _tree_reset(tree):
+    tree[1, 0] = -1
+    tree[3, 0] = 0
+    tree[4, 0] = 1
 
 
 @jit
@@ -172,10 +186,9 @@ def build_bfs_scheduled(n_anchors, budget, top, steps, min_b, max_b, t, sc, buck
     """
     tok, c_head, c_next = t.tok, t.c_head, t.c_next
     anchor_nodes, anchor_depths = sc.a_nodes, sc.a_depths
-    t_tok, t_head, t_next, t_cnt, t_bc, order = (sc.t_tok, sc.t_head, sc.t_next, sc.t_cnt,
-                                                 sc.t_bc, sc.order)
+    tree, order = sc.tree, sc.order
     q_par, q_breadth, q_node = sc.q_par, sc.q_breadth, sc.q_node
-    _tree_reset(t_head, t_cnt, t_bc)
+    _tree_reset(tree)
     scale = float(max_b - min_b) / steps
     cursor = 1
     qcap = q_par.size
@@ -196,11 +209,10 @@ def build_bfs_scheduled(n_anchors, budget, top, steps, min_b, max_b, t, sc, buck
             while ch != -1:
                 if i >= breadth or cursor > budget:
                     break
-                pos = _map_get(par, tok[ch], t_tok, t_head, t_next)
+                pos = _map_get(par, tok[ch], tree)
                 if pos == -1:
                     pos = cursor
-                    _map_insert(par, pos, tok[ch], t_tok, t_head, t_next, t_cnt, t_bc,
-                                bucket_counts, order)
+                    _map_insert(par, pos, tok[ch], tree, bucket_counts, order)
                     cursor += 1
                 if tail < qcap:
                     q_par[tail] = pos
@@ -213,43 +225,8 @@ def build_bfs_scheduled(n_anchors, budget, top, steps, min_b, max_b, t, sc, buck
 
 
 @jit_inline
-def _heap_sift_up(h_p, h_par, h_node, hole, p, par, node):
-    while hole > 0 and h_p[(hole - 1) // 2] < p:
-        up = (hole - 1) // 2
-        h_p[hole] = h_p[up]
-        h_par[hole] = h_par[up]
-        h_node[hole] = h_node[up]
-        hole = up
-    h_p[hole] = p
-    h_par[hole] = par
-    h_node[hole] = node
-
-
-@jit_inline
-def _heap_pop(h_p, h_par, h_node, size):
-    """libstdc++ pop_heap on [0, size); the popped top ends at index size - 1."""
-    last = size - 1
-    vp, vpar, vnode = h_p[last], h_par[last], h_node[last]
-    h_p[last], h_par[last], h_node[last] = h_p[0], h_par[0], h_node[0]
-    length = last
-    hole = 0
-    child = 0
-    while child < (length - 1) // 2:
-        child = 2 * (child + 1)
-        if h_p[child] < h_p[child - 1]:
-            child -= 1
-        h_p[hole], h_par[hole], h_node[hole] = h_p[child], h_par[child], h_node[child]
-        hole = child
-    if length % 2 == 0 and child == (length - 2) // 2:
-        child = 2 * (child + 1)
-        h_p[hole], h_par[hole], h_node[hole] = h_p[child - 1], h_par[child - 1], h_node[child - 1]
-        hole = child - 1
-    _heap_sift_up(h_p, h_par, h_node, hole, vp, vpar, vnode)
-
-
-@jit_inline
-def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_par, h_node,
-              size):
+def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_o, h_par,
+              h_node, size):
     # The top_k children by (frequency descending, token ascending): one pass, insertion into
     # a sorted list of at most top_k (sibling tokens are distinct, so the order is strict).
     take = 0
@@ -276,7 +253,7 @@ def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_
     for j in range(take):
         if size < h_p.size:
             p = float(freq[k_node[j]]) / total * prob
-            _heap_sift_up(h_p, h_par, h_node, size, p, par, k_node[j])
+            heap_push(h_p, h_o, h_par, h_node, size, p, 0, par, k_node[j])
             size += 1
     return size
 
@@ -287,10 +264,9 @@ def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
     drafted node count."""
     tok, freq, c_head, c_next = t.tok, t.freq, t.c_head, t.c_next
     anchor_nodes = sc.a_nodes
-    t_tok, t_head, t_next, t_cnt, t_bc, order = (sc.t_tok, sc.t_head, sc.t_next, sc.t_cnt,
-                                                 sc.t_bc, sc.order)
-    k_node, h_p, h_par, h_node = sc.k_node, sc.h_p, sc.h_par, sc.h_node
-    _tree_reset(t_head, t_cnt, t_bc)
+    tree, order = sc.tree, sc.order
+    k_node, h_p, h_o, h_par, h_node = sc.k_node, sc.h_p, sc.h_o, sc.h_par, sc.h_node
+    _tree_reset(tree)
     size = 0
     cursor = 1
     for a in range(n_anchors):
@@ -299,30 +275,30 @@ def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
         if cursor > budget:
             break
         size = _prob_add(0, anchor_nodes[a], 1.0, top_k, tok, freq, c_head, c_next, k_node,
-                         h_p, h_par, h_node, size)
+                         h_p, h_o, h_par, h_node, size)
         while size > 0 and cursor <= budget:
-            _heap_pop(h_p, h_par, h_node, size)
+            heap_pop(h_p, h_o, h_par, h_node, size)
             size -= 1
             p, par, node = h_p[size], h_par[size], h_node[size]
-            pos = _map_get(par, tok[node], t_tok, t_head, t_next)
+            pos = _map_get(par, tok[node], tree)
             if pos == -1:
                 pos = cursor
                 cursor += 1
-                _map_insert(par, pos, tok[node], t_tok, t_head, t_next, t_cnt, t_bc,
-                            bucket_counts, order)
+                _map_insert(par, pos, tok[node], tree, bucket_counts, order)
                 if cursor > budget:
                     break
             size = _prob_add(pos, node, p, top_k, tok, freq, c_head, c_next, k_node, h_p,
-                             h_par, h_node, size)
+                             h_o, h_par, h_node, size)
     return cursor - 1
 
 
 @jit_inline
 def fill_result(last_token, n, sc, out_tokens, out_mask):
     """Level-order layout and ancestor mask of the tree in ``sc`` (any scratch bundle with
-    ``t_tok``, ``t_head``, ``t_next``, ``order``, ``slot_parent``) into one request's row."""
-    fill_layout(last_token, n, sc.t_tok, sc.t_head, sc.t_next, sc.order, sc.slot_parent,
-                out_tokens, out_mask)
+    ``tree``, ``order``, ``slot_parent``) into one request's row."""
+    tree = sc.tree
+    fill_layout(last_token, n, tree[0], tree[1], tree[2], sc.order, sc.slot_parent, out_tokens,
+                out_mask)
 
 
 @jit_inline

@@ -22,12 +22,17 @@ import numpy as np
 
 from .._jit import jit, jit_inline
 
-__all__ = ["Trie", "TrieArrays", "unpack", "insert_kernel", "child_of", "M_SIZE", "M_GHEAD", "M_GTAIL",
-           "M_UNUSED", "M_FREETOP", "M_EPOCH", "M_FREEHEAD", "META_SIZE"]
+__all__ = ["Trie", "TrieArrays", "unpack", "insert_kernel", "insert_suffixes", "build_lru",
+           "reset_trie", "in_use", "child_of", "M_SIZE", "M_GHEAD", "M_GTAIL", "M_UNUSED",
+           "M_FREETOP", "M_EPOCH", "M_FREEHEAD", "META_SIZE", "LRU_STAMPS", "LRU_LIST",
+           "LRU_NONE"]
 
 # Slots of the int64 ``meta`` array.  M_FREETOP: number of free slots; M_FREEHEAD: the first.
 M_SIZE, M_GHEAD, M_GTAIL, M_UNUSED, M_FREETOP, M_EPOCH, M_FREEHEAD = range(7)
 META_SIZE = 7
+# How an insert keeps the global LRU order (see insert_suffixes): touch stamps, the list, not
+# at all.
+LRU_STAMPS, LRU_LIST, LRU_NONE = 0, 1, 2
 
 #: The trie's arrays.  Per node (length ``alloc``): ``tok``, ``par``, ``freq``, ``ver`` (int64,
 #: bumped when the slot is freed), ``c_head``/``c_next``/``c_prev`` (recency list of children),
@@ -136,15 +141,6 @@ class TrieArrays:
         if self.ht.size < 2 * self.alloc:
             self._rehash(self._table_size(self.alloc))
 
-    def room(self) -> int:
-        """Node slots usable without growing: free slots plus never-used ones."""
-        return int(self.meta[M_FREETOP]) + self.alloc - int(self.meta[M_UNUSED])
-
-    def ensure_room(self, need: int) -> None:
-        """Grow until ``need`` nodes fit without growing (or the arrays reach ``capacity``)."""
-        while self.alloc < self.capacity and self.room() < need:
-            self.grow()
-
     def named(self) -> Trie:
         return Trie(*self.bundle)
 
@@ -161,9 +157,9 @@ def unpack(packed):
                 rec[:, 2], rec[:, 5], g_next, g_prev, ht, meta)
 
 
-# Children of a node looked through before the child table, where the replay's insert and
-# ADAPTIVE's anchor walks spell the child lookup out (inlined helpers taking the arrays made
-# Numba count references to them at every node): replay._insert, adaptive._expand_source.
+# Children of a node looked through before the child table, where the insert and ADAPTIVE's
+# anchor walks spell the child lookup out (inlined helpers taking the arrays made Numba count
+# references to them at every node): insert_suffixes, adaptive._expand_source.
 _SCAN = 4
 
 
@@ -177,13 +173,9 @@ def _slot(parent, token, mask):
 
 @jit
 def _ht_bulk_insert(ht, par, tok, nodes):
-    mask = ht.size - 1
     for i in range(nodes.size):
         v = nodes[i]
-        s = _slot(par[v], tok[v], mask)
-        while ht[s] != -1:
-            s = (s + 1) & mask
-        ht[s] = v
+        _ht_put(ht, par[v], tok[v], v)
 
 
 @jit_inline
@@ -245,16 +237,6 @@ def _unlink_child(c_head, c_next, c_prev, parent, node):
 
 
 @jit
-def _push_child_front(c_head, c_next, c_prev, parent, node):
-    h = c_head[parent]
-    c_next[node] = h
-    c_prev[node] = -1
-    if h != -1:
-        c_prev[h] = node
-    c_head[parent] = node
-
-
-@jit
 def _g_unlink(g_next, g_prev, meta, node):
     p = g_prev[node]
     n = g_next[node]
@@ -312,72 +294,226 @@ def squeeze(t, count):
 
 
 @jit
+def insert_suffixes(seq, first, start, skip, count_from, max_depth, capacity, mode, clock, t,
+                    path, pc, row):
+    """Insert the suffixes ``first <= i < w - skip`` of ``seq`` (``w`` tokens; each suffix at
+    most ``max_depth`` long) into the named trie ``t`` in order, SGLang's way: the walk touches
+    (recency, LRU) every node of the suffix, creating the missing ones, and counts the tokens
+    at positions ``>= count_from`` (those before are touched but not counted, and created
+    with ``freq`` 0: ngramspec's exact counting; ``count_from`` 0 is SGLang's insert).  Before
+    a suffix the least recently used leaves are evicted so that it fits in ``capacity``.
+
+    Returns ``(stop, clock)``: the suffix to resume from (``w - skip`` when all went in;
+    less when the node arrays ran out of allocated slots: the caller grows them and calls
+    again from ``stop``) and the trie's touch clock.  ``path``: work space of ``max_depth``.
+    Two shortcuts change nothing observable:
+
+    - with ``row >= 0`` (else ``pc`` is only a placeholder of its types) the nodes of the
+      previous insert of the same kind for that slot are remembered (``pc``, with versions
+      while the trie can evict): the sequence moved forward, so most n-grams of this one were
+      paths of the previous one and need no hash lookup (a stale node, evicted since, is
+      looked up as usual).  ``start`` is the absolute position of ``seq`` in its request;
+    - the global LRU list (read only by eviction) is kept as a list only in ``mode``
+      LRU_LIST, which the caller sets from the first insert that could evict on.  Before that
+      (LRU_STAMPS) each touch writes the ``clock`` (< 2**62) into the node's LRU links instead
+      (``g_next`` its high bits, ``g_prev`` its low 31); :func:`build_lru` turns those stamps
+      into the very list the linked moves would have made (a touch moves a node to the
+      front).  In LRU_NONE the caller has proven that this trie cannot evict for the rest of
+      the run: nothing is kept.  Without eviction no node goes stale, so remembered nodes need
+      version checks only in LRU_LIST.
+    """
+    tok, par, freq, ver, c_head, c_next, c_prev = (t.tok, t.par, t.freq, t.ver, t.c_head,
+                                                   t.c_next, t.c_prev)
+    g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
+    pc_node, pc_ver, pc_start, pc_len = pc
+    mask = ht.size - 1
+    alloc = tok.size
+    w = seq.size
+    old_start = 0
+    old_len = 0
+    if row >= 0:
+        old_start = pc_start[row]
+        old_len = pc_len[row]
+    known_end = old_len - skip  # the previous insert's suffixes are those before this
+    # The loop below spells out the child lookup, the table insert and the sibling moves
+    # instead of calling the trie's helpers: a helper with a loop, inlined here, makes Numba
+    # count references to its array arguments at every node (measured: half of the replay's
+    # time went to those atomic counts).
+    for i in range(first, w - skip):
+        length = min(w - i, max_depth)
+        free_count = capacity - meta[M_SIZE]
+        if length > free_count:
+            squeeze(t, length - free_count)
+        if meta[M_FREETOP] + (alloc - meta[M_UNUSED]) < length:
+            return i, clock
+        oi = start + i - old_start
+        known = min(old_len - oi, max_depth) if 0 <= oi < known_end else 0
+        cur = 0
+        fresh = False  # below a node created just now there is nothing to look up
+        for k in range(length):
+            tk = seq[i + k]
+            child = -1
+            if k < known:
+                cand = pc_node[row, oi, k]
+                if mode != LRU_LIST or ver[cand] == pc_ver[row, oi, k]:
+                    child = cand
+            if child == -1 and not fresh:
+                # The first few children (most nodes have one or two, whose slots lie near
+                # their parent's), then the child table (scattered slots).
+                ch = c_head[cur]
+                for _ in range(_SCAN):
+                    if ch == -1 or tok[ch] == tk:
+                        break
+                    ch = c_next[ch]
+                if ch != -1 and tok[ch] == tk:
+                    child = ch
+                elif ch != -1:
+                    s = _slot(cur, tk, mask)
+                    while True:
+                        v = ht[s]
+                        if v == -1:
+                            break
+                        if tok[v] == tk and par[v] == cur:
+                            child = v
+                            break
+                        s = (s + 1) & mask
+            if child == -1:
+                if meta[M_FREETOP] > 0:
+                    meta[M_FREETOP] -= 1
+                    child = meta[M_FREEHEAD]
+                    meta[M_FREEHEAD] = g_next[child]
+                else:
+                    child = meta[M_UNUSED]
+                    meta[M_UNUSED] += 1
+                meta[M_SIZE] += 1
+                tok[child] = tk
+                par[child] = cur
+                freq[child] = 1 if i + k >= count_from else 0
+                c_head[child] = -1
+                s = _slot(cur, tk, mask)  # into the child table
+                while ht[s] != -1:
+                    s = (s + 1) & mask
+                ht[s] = child
+                h = c_head[cur]  # the front of its siblings
+                c_next[child] = h
+                c_prev[child] = -1
+                if h != -1:
+                    c_prev[h] = child
+                c_head[cur] = child
+                if mode == LRU_LIST:
+                    _g_push_back(g_next, g_prev, meta, child)
+                fresh = True
+            else:
+                if i + k >= count_from:
+                    freq[child] += 1
+                h = c_head[cur]
+                if h != child:  # to the front of its siblings (trie's unlink + push front)
+                    p = c_prev[child]
+                    nx = c_next[child]
+                    c_next[p] = nx  # p != -1: child is not the head
+                    if nx != -1:
+                        c_prev[nx] = p
+                    c_next[child] = h
+                    c_prev[child] = -1
+                    c_prev[h] = child
+                    c_head[cur] = child
+            path[k] = child
+            cur = child
+        if mode == LRU_LIST:
+            for k in range(length - 1, -1, -1):
+                node = path[k]
+                if meta[M_GHEAD] != node:
+                    _g_unlink(g_next, g_prev, meta, node)
+                    _g_push_front(g_next, g_prev, meta, node)
+        elif mode == LRU_STAMPS:
+            for k in range(length - 1, -1, -1):
+                clock += 1
+                node = path[k]  # the touch stamp in its two int32 LRU links
+                g_next[node] = clock >> 31
+                g_prev[node] = clock & 0x7FFFFFFF
+        if row >= 0:
+            # Remember this suffix's nodes (the reads of old entries came first: oi >= i).
+            for k in range(length):
+                pc_node[row, i, k] = path[k]
+                if mode == LRU_LIST:
+                    pc_ver[row, i, k] = ver[path[k]]
+    if row >= 0:
+        pc_start[row] = start
+        pc_len[row] = w
+    return w - skip, clock
+
+
+@jit
+def build_lru(t):
+    """The global LRU list from the touch stamps (front: the latest touch).  Every slot below
+    ``M_UNUSED`` but the root holds a live node: nothing was freed before the first eviction."""
+    g_next, g_prev, meta = t.g_next, t.g_prev, t.meta
+    used = meta[M_UNUSED]
+    stamps = np.empty(used - 1, np.int64)
+    for v in range(1, used):
+        stamps[v - 1] = (np.int64(g_next[v]) << 31) | np.int64(g_prev[v])
+    order = np.argsort(stamps)  # oldest first: the back of the list
+    prev = -1
+    for j in range(used - 2, -1, -1):
+        v = order[j] + 1
+        g_prev[v] = prev
+        if prev == -1:
+            meta[M_GHEAD] = v
+        else:
+            g_next[prev] = v
+        prev = v
+    if prev == -1:
+        meta[M_GHEAD] = -1
+    else:
+        g_next[prev] = -1
+    meta[M_GTAIL] = prev
+
+
+@jit
 def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, trie, path, pos):
-    """Insert every sequence ``flat[offsets[s]:offsets[s+1]]`` in order, SGLang's way.
+    """Insert every sequence ``flat[offsets[s]:offsets[s+1]]`` in order, SGLang's way
+    (:func:`insert_suffixes`, keeping the LRU list).
 
     Suffix starts are every ``i`` with ``i + starts_from < len`` (0 = every suffix, the last
     token alone included).  Only the tokens at positions ``>= count_from[s]`` of sequence ``s``
-    are counted: a walked node whose token lies before that is touched (recency, LRU) but its
-    ``freq`` is not incremented, and is created with ``freq`` 0 (ngramspec's exact counting;
-    ``count_from`` of zeros is SGLang's insert).  ``trie``: :attr:`TrieArrays.bundle`.
+    are counted.  ``trie``: :attr:`TrieArrays.bundle`.
 
     Work starts at sequence ``pos[0]``, suffix ``pos[1]``.  Returns False, with ``pos`` at the
     suffix to resume from, when the node arrays are full: the caller grows them and calls again
     (memory follows use, not ``capacity``).
     """
     t = Trie(*trie)
-    tok, par, freq, c_head, c_next, c_prev = t.tok, t.par, t.freq, t.c_head, t.c_next, t.c_prev
-    g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
-    alloc = tok.size
+    none = (np.empty((1, 1, 1), np.int32), np.empty((1, 1, 1), np.int64),
+            np.empty(1, np.int64), np.empty(1, np.int64))
     for s in range(pos[0], offsets.size - 1):
-        lo = offsets[s]
-        n = offsets[s + 1] - lo
+        seq = flat[offsets[s]:offsets[s + 1]]
         first = pos[1] if s == pos[0] else 0
-        counted = count_from[s]
-        for i in range(first, n):
-            if i + starts_from >= n:
-                break
-            length = min(n - i, max_depth)
-            free_count = capacity - meta[M_SIZE]
-            if length > free_count:
-                squeeze(t, length - free_count)
-            if meta[M_FREETOP] + (alloc - meta[M_UNUSED]) < length:
-                pos[0] = s
-                pos[1] = i
-                return False
-            cur = 0
-            for k in range(length):
-                tk = flat[lo + i + k]
-                child = child_of(ht, par, tok, cur, tk)
-                if child == -1:
-                    if meta[M_FREETOP] > 0:
-                        meta[M_FREETOP] -= 1
-                        child = meta[M_FREEHEAD]
-                        meta[M_FREEHEAD] = g_next[child]
-                    else:
-                        child = meta[M_UNUSED]
-                        meta[M_UNUSED] += 1
-                    meta[M_SIZE] += 1
-                    tok[child] = tk
-                    par[child] = cur
-                    freq[child] = 1 if i + k >= counted else 0
-                    c_head[child] = -1
-                    _ht_put(ht, cur, tk, child)
-                    _push_child_front(c_head, c_next, c_prev, cur, child)
-                    _g_push_back(g_next, g_prev, meta, child)
-                else:
-                    if i + k >= counted:
-                        freq[child] += 1
-                    if c_head[cur] != child:
-                        _unlink_child(c_head, c_next, c_prev, cur, child)
-                        _push_child_front(c_head, c_next, c_prev, cur, child)
-                path[k] = child
-                cur = child
-            for k in range(length - 1, -1, -1):
-                node = path[k]
-                if meta[M_GHEAD] != node:
-                    _g_unlink(g_next, g_prev, meta, node)
-                    _g_push_front(g_next, g_prev, meta, node)
+        stop = insert_suffixes(seq, first, 0, starts_from, count_from[s], max_depth, capacity,
+                               LRU_LIST, 0, t, path, none, -1)[0]
+        if stop < seq.size - starts_from:
+            pos[0] = s
+            pos[1] = stop
+            return False
     pos[0] = offsets.size - 1
     pos[1] = 0
     return True
+
+
+@jit
+def reset_trie(t):
+    """An empty trie (``TrieArrays.reset`` without the epoch: local tries match statelessly)."""
+    meta = t.meta
+    meta[M_SIZE] = 1
+    meta[M_GHEAD] = -1
+    meta[M_GTAIL] = -1
+    meta[M_FREEHEAD] = -1
+    meta[M_UNUSED] = 1
+    meta[M_FREETOP] = 0
+    t.c_head[0] = -1
+    t.ht[:] = -1
+
+
+@jit
+def in_use(t):
+    """Node slots taken (live nodes and the root; freed slots excluded)."""
+    return t.meta[M_UNUSED] - t.meta[M_FREETOP]

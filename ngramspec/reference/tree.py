@@ -15,8 +15,7 @@ import numpy as np
 from ..stdorder import StdPriorityQueue, UnorderedMapOrder
 from .trie import Node
 
-__all__ = ["build_bfs", "build_prob", "fill_result", "level_order", "bfs_start_breadth",
-           "BreadthSchedule"]
+__all__ = ["build_bfs", "build_prob", "fill_result", "level_order", "BreadthSchedule"]
 
 Tree = list[UnorderedMapOrder]
 
@@ -55,11 +54,6 @@ class BreadthSchedule(NamedTuple):
     def start(self, d: int) -> float:
         """Breadth (a double) at which BFS starts below an anchor of length ``d``."""
         return float(self.top - d) * self.scale + float(self.min_breadth)
-
-
-def bfs_start_breadth(d: int, max_depth: int, min_breadth: int, max_breadth: int) -> float:
-    """Breadth (a double) at which 0.5.23's BFS starts below an anchor of depth ``d``."""
-    return BreadthSchedule.sglang_0523(max_depth, min_breadth, max_breadth).start(d)
 
 
 def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int,
