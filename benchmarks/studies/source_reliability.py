@@ -32,9 +32,9 @@ def measure(task: str, config: ns.NgramConfig) -> dict[tuple, list]:
     seen: dict[str, list] = {}
     build = ref_adaptive.build_adaptive
 
-    def spy(sources, params):
+    def spy(sources, params, *args, **kwargs):
         seen["sources"] = [list(anchors) for anchors in sources]
-        return build(sources, params)
+        return build(sources, params, *args, **kwargs)
 
     rows = [r for r in H.load_parts()["tune"] if r.get("task") == task]
     if not rows:
