@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from . import config_toml
+from . import config_sglang, config_toml
 
 __all__ = ["NgramConfig", "MATCH_TYPES", "MATCH_MODES", "MatchMode", "PROFILES", "PRESETS"]
 
@@ -83,24 +83,6 @@ _PROFILE_FIELDS: dict[str, dict[str, int]] = {
                      "max_match_window_size": 12},
 }
 
-# SGLang server-argument names (after dropping "--", "speculative_" and "ngram_") that map onto
-# our fields, per era.  The corpus path is checked as SGLang does, and left to the caller to load.
-_SGLANG_SHARED_ARGS = {
-    "min_bfs_breadth": "min_bfs_breadth",
-    "max_bfs_breadth": "max_bfs_breadth",
-    "match_type": "match_type",
-    "capacity": "capacity",
-    "num_draft_tokens": "draft_token_num",
-}
-_SGLANG_PROFILE_ARGS = {
-    "sglang-0.5.23": {"max_trie_depth": "max_trie_depth",
-                      "external_sam_budget": "external_sam_budget",
-                      "external_corpus_max_tokens": "external_corpus_max_tokens"},
-    "sglang-0.5.9": {"branch_length": "branch_length",
-                     "min_match_window_size": "min_match_window_size",
-                     "max_match_window_size": "max_match_window_size"},
-}
-_SGLANG_CORPUS_PATH = "external_corpus_path"
 
 
 def _np_bool_types() -> tuple[type, ...]:
@@ -482,59 +464,11 @@ class NgramConfig:
         >>> (old.profile, old.branch_length, old.max_match_window_size, old.draft_token_num)
         ('sglang-0.5.9', 12, 8, 8)
         """
-        if not isinstance(args, Mapping):
-            raise TypeError(f"args must be a mapping of SGLang argument names to values, "
-                            f"got {type(args).__name__}")
-        era_names = {p: set(names) for p, names in _SGLANG_PROFILE_ARGS.items()}
-        era_names["sglang-0.5.23"].add(_SGLANG_CORPUS_PATH)
-        all_args = dict(_SGLANG_SHARED_ARGS)
-        for names in _SGLANG_PROFILE_ARGS.values():
-            all_args.update(names)
-        known = sorted(["speculative_algorithm", "speculative_num_draft_tokens",
-                        f"speculative_ngram_{_SGLANG_CORPUS_PATH}"]
-                       + [f"speculative_ngram_{k}" for k in all_args if k != "num_draft_tokens"])
-        fields: dict[str, Any] = {}
-        corpus_path = None
-        seen: dict[str, str] = {}  # profile -> first raw name of that era
-        for raw_name, value in args.items():
-            if not isinstance(raw_name, str):
-                raise TypeError(f"argument names must be str, got {raw_name!r}")
-            name = raw_name.lstrip("-").replace("-", "_").removeprefix("speculative_")
-            if name == "algorithm":
-                if value is not None and str(value).upper() != "NGRAM":
-                    raise ValueError(f"{raw_name} must be 'NGRAM' for an n-gram cache, "
-                                     f"got {value!r}")
-                continue
-            if name.startswith("ngram_"):
-                name = name[len("ngram_"):]
-                if name == "num_draft_tokens":  # SGLang spells it without "ngram_"
-                    name = "ngram_num_draft_tokens"
-            for profile, names in era_names.items():
-                if name in names:
-                    seen.setdefault(profile, raw_name)
-            if len(seen) > 1:
-                new, old = seen["sglang-0.5.23"], seen["sglang-0.5.9"]
-                raise ValueError(f"{new!r} (SGLang 0.5.23) and {old!r} (SGLang 0.5.9, window "
-                                 "era) belong to different SGLang releases; pass the arguments "
-                                 "of one release")
-            if name == _SGLANG_CORPUS_PATH:
-                if value is not None and not isinstance(value, str):
-                    raise TypeError(f"{raw_name} must be a path (str), got "
-                                    f"{type(value).__name__}")
-                corpus_path = value
-                continue
-            if name not in all_args:
-                raise ValueError(f"unknown SGLang argument {raw_name!r}; known: {', '.join(known)}")
-            field = all_args[name]
-            if field in fields:
-                raise ValueError(f"{raw_name} given twice (as another spelling of {field})")
-            fields[field] = value
-        profile = next(iter(seen), "sglang-0.5.23")
-        config = cls(**{k: v for k, v in fields.items() if v is not None}, profile=profile)
-        if corpus_path:  # SGLang's server checks, which it runs only with a start-up corpus
-            if config.external_sam_budget <= 0:
-                raise ValueError("speculative_ngram_external_sam_budget must be > 0 when "
-                                 "speculative_ngram_external_corpus_path is given")
+        fields, corpus_path = config_sglang.fields_of(args)
+        config = cls(**fields)
+        if corpus_path and config.external_sam_budget <= 0:  # SGLang checks it only then
+            raise ValueError("speculative_ngram_external_sam_budget must be > 0 when "
+                             "speculative_ngram_external_corpus_path is given")
         return config
 
     # --- presets, TOML files and SGLang server arguments ------------------------------------
@@ -672,40 +606,7 @@ class NgramConfig:
         >>> NgramConfig.from_toml(args["ngramspec_config"]) == NgramConfig.recommended()
         True
         """
-        if plugin:
-            if self.profile != "sglang-0.5.23":
-                raise ValueError(f"plugin=True: ngramspec's drafter runs in SGLang 0.5.23's "
-                                 f"worker (profile 'sglang-0.5.23'), not {self.profile!r}")
-            exact = self.replace(**{f.name: f.default for f in dataclasses.fields(self)
-                                    if f.name not in {**_SGLANG_SHARED_ARGS,
-                                                      **_SGLANG_PROFILE_ARGS[self.profile]}
-                                    .values() and f.name != "profile"})
-            if exact.match_type not in ("BFS", "PROB"):
-                exact = exact.replace(match_type="BFS")
-            return {**exact.to_sglang_args(), "ngramspec_config": self.to_toml()}
-        arg_of = {field: arg for arg, field in
-                  {**_SGLANG_SHARED_ARGS, **_SGLANG_PROFILE_ARGS[self.profile]}.items()}
-        lacking = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
-                   if f.name not in arg_of and f.name != "profile"
-                   and getattr(self, f.name) != f.default]
-        if self.match_type not in ("BFS", "PROB"):
-            lacking.append(f"match_type={self.match_type!r}")
-        if lacking:
-            raise ValueError(f"SGLang has no option for {', '.join(lacking)}; only "
-                             "SGLang-exact configurations (sglang_exact) have server arguments")
-        if self.profile == "sglang-0.5.9":
-            if self.match_type != "BFS":
-                raise ValueError(f"match_type={self.match_type!r}: SGLang 0.5.9 servers ignore "
-                                 "--speculative-ngram-match-type and always run BFS")
-            del arg_of["match_type"]
-        args: dict[str, Any] = {"speculative_algorithm": "NGRAM"}
-        for f in dataclasses.fields(self):
-            if f.name in arg_of:
-                arg = arg_of[f.name]
-                key = ("speculative_num_draft_tokens" if arg == "num_draft_tokens"
-                       else f"speculative_ngram_{arg}")
-                args[key] = getattr(self, f.name)
-        return args
+        return config_sglang.args_of(self, plugin=plugin)
 
 
 def toml_options(source: "str | os.PathLike[str]") -> tuple[dict[str, Any], str]:

@@ -119,7 +119,8 @@ class _Run:
         n = config.draft_token_num
         exact = config.exact_counts or config.local_index
         self.cfg, self.fcfg = _config_arrays(config, conc)
-        from ..acceptance import calibration_array, check_costs, cost_matrix
+        from ..calibration_table import calibration_array
+        from ..costs import check_costs, cost_matrix
 
         self.cal = calibration_array(config)
         costs = check_costs(config, costs)
