@@ -257,16 +257,7 @@ class SimulationResult:
         scalar metadata fields.  The summary (and each group) holds ``accepted_by_source``
         pooled (null without corpora).
         """
-        summary = self.summary.to_dict()
-        summary.update(concurrency=self.concurrency, backend=self.backend,
-                       batch_steps=self.batch_steps, decoding=self.decoding["kind"],
-                       output_tokens=int(self.output_lens.sum()),
-                       draft_ms_per_step=self.draft_ms_per_step,
-                       step_api_ms_per_step=(self.step_api_ms_per_step
-                                             if self.step_api_timed else None),
-                       wall_seconds=self.wall_seconds,
-                       output_tokens_per_second=self.output_tokens_per_second)
-        out: dict[str, Any] = {"config": asdict(self.config), "summary": summary}
+        out = _run_dict(self, int(self.output_lens.sum()))
         if by is not None:
             out["groups"] = {k: v.to_dict() for k, v in self.by(by).items()}
         reqs = []
@@ -399,16 +390,7 @@ class StreamResult:
     def to_dict(self) -> dict[str, Any]:
         """``{"config", "summary", ["groups"]}`` as :meth:`SimulationResult.to_dict`, without
         the per-request part."""
-        summary = self.summary.to_dict()
-        summary.update(concurrency=self.concurrency, backend=self.backend,
-                       batch_steps=self.batch_steps, decoding=self.decoding["kind"],
-                       output_tokens=self.output_tokens,
-                       draft_ms_per_step=self.draft_ms_per_step,
-                       step_api_ms_per_step=(self.step_api_ms_per_step
-                                             if self.step_api_timed else None),
-                       wall_seconds=self.wall_seconds,
-                       output_tokens_per_second=self.output_tokens_per_second)
-        out: dict[str, Any] = {"config": asdict(self.config), "summary": summary}
+        out = _run_dict(self, self.output_tokens)
         if self.group_by is not None:
             out["groups"] = {k: v.to_dict() for k, v in self.groups.items()}
         return out
@@ -453,3 +435,17 @@ def pool_results(results: Sequence[StreamResult]) -> StreamResult:
                         sum(r.wall_seconds for r in results),
                         sum(r.output_tokens for r in results), first.group_by, decoding,
                         tally, groups)
+
+
+def _run_dict(result: Any, output_tokens: int) -> dict[str, Any]:
+    """``{"config", "summary"}`` of a :class:`SimulationResult` or :class:`StreamResult`: the
+    pooled summary with the run's settings and timings."""
+    summary = result.summary.to_dict()
+    summary.update(concurrency=result.concurrency, backend=result.backend,
+                   batch_steps=result.batch_steps, decoding=result.decoding["kind"],
+                   output_tokens=output_tokens, draft_ms_per_step=result.draft_ms_per_step,
+                   step_api_ms_per_step=(result.step_api_ms_per_step
+                                         if result.step_api_timed else None),
+                   wall_seconds=result.wall_seconds,
+                   output_tokens_per_second=result.output_tokens_per_second)
+    return {"config": asdict(result.config), "summary": summary}
