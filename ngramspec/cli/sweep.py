@@ -11,8 +11,8 @@ from typing import Any, TextIO
 
 from ..config import NgramConfig
 from ..costs import CostModel, CostTable, ServingPrediction, parse_concurrency, verdict
-from ..sweep import (EXECUTORS, Job, ResultsFile, expand_grid, make_executor, pair_holdout,
-                     plan_sweep, rank, run_sweep)
+from ..sweep import (EXECUTORS, Job, ResultsFile, SweepPlan, expand_grid, make_executor,
+                     pair_holdout, plan_sweep, rank, run_sweep)
 from ._options import (add_common, base_options, check_executor_args, config_fields,
                        cost_label, cost_model, default_jobs, kind_of, load, make_config,
                        parse_list)
@@ -97,29 +97,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if results_file is not None and have:
         out.write(f"resuming {args.out}: {len(keys) - len(todo)} of {len(keys)} settings "
                   "already there\n")
-    bar = ProgressBar("sweep", force=args.progress, delay=0.0)
-    done: dict[str, dict] = {}
-    failed: list[tuple[int, str]] = []
     t0 = time.perf_counter()
-    try:
-        if todo:
-            bar(len(keys) - len(todo), len(keys))
-            with make_executor(args.executor, jobs=jobs, address=args.address,
-                               retries=args.retries) as ex:
-                for f in run_sweep(plan, ex, results=results_file, todo=todo):
-                    if f.error is not None:
-                        failed.append((f.index, f.error))
-                        bar.clear()
-                        job = plan.jobs[f.index]
-                        print(f"ngramspec: setting failed: "
-                              f"{options_label(job.options, []) or 'default settings'}"
-                              f"{_part_label(job, conc, holdout)}: {f.error}",
-                              file=sys.stderr)
-                    else:
-                        done[f.record["key"]] = f.record
-                    bar(f.done, f.total)
-    finally:
-        bar.close()
+    done, failed = _execute(args, plan, jobs, conc, results_file, todo)
     if results_file is not None:  # the table is built from the file
         done = {r["key"]: r for r in results_file.records()}
     results = pair_holdout(plan, done)
@@ -145,21 +124,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if cost is not None:
         cols += ["speed-up"] + (["hold-out speed-up"] if holdout else []) + [
             "tok/s with", "tok/s without"]
-    lines = []
-    for i, r in enumerate(shown, 1):
-        cells = [str(i)] + [str(r["options"].get(n, r.get(n, "-"))) for n in names]
-        cells += [f"{r['tokens_per_step']:.3f}"]
-        if holdout:
-            cells += [f"{r['holdout']['tokens_per_step']:.3f}"]
-        cells += [f"{r['draft_nodes_per_step']:.2f}", pct(r["share_steps_with_draft"])]
-        if cost is not None:
-            cells += [f"{r['speedup']:.2f}x"]
-            if holdout:
-                cells += [f"{r['holdout']['speedup']:.2f}x"]
-            cells += [f"{r['speculative_tokens_per_s']:,.1f}",
-                      f"{r['baseline_tokens_per_s']:,.1f}"]
-        lines.append(cells)
-    out.write("\n".join(format_table(cols, lines)) + "\n")
+    out.write("\n".join(format_table(cols, _rows(shown, names, cost is not None, holdout)))
+              + "\n")
     if holdout:
         best = results[0]
         on_hold = sorted(results, key=lambda r: -r["holdout"][key])
@@ -244,3 +210,54 @@ def _executor_label(args: argparse.Namespace, jobs: int | None) -> str:
         return f"Ray at {args.address}" if args.address else (
             f"local Ray cluster, {jobs} CPUs" if jobs else "local Ray cluster")
     return f"{jobs} jobs"
+
+
+def _execute(args: argparse.Namespace, plan: SweepPlan, jobs: int | None, conc: list[int],
+             results_file: ResultsFile | None, todo: list[int]
+             ) -> tuple[dict[str, dict], list[tuple[int, str]]]:
+    """Run the jobs still to do with a progress bar; failures on stderr as they come."""
+    holdout = "holdout" in plan.parts
+    keys = plan.keys
+    bar = ProgressBar("sweep", force=args.progress, delay=0.0)
+    done: dict[str, dict] = {}
+    failed: list[tuple[int, str]] = []
+    try:
+        if todo:
+            bar(len(keys) - len(todo), len(keys))
+            with make_executor(args.executor, jobs=jobs, address=args.address,
+                               retries=args.retries) as ex:
+                for f in run_sweep(plan, ex, results=results_file, todo=todo):
+                    if f.error is not None:
+                        failed.append((f.index, f.error))
+                        bar.clear()
+                        job = plan.jobs[f.index]
+                        print(f"ngramspec: setting failed: "
+                              f"{options_label(job.options, []) or 'default settings'}"
+                              f"{_part_label(job, conc, holdout)}: {f.error}",
+                              file=sys.stderr)
+                    else:
+                        done[f.record["key"]] = f.record
+                    bar(f.done, f.total)
+    finally:
+        bar.close()
+    return done, failed
+
+
+def _rows(shown: list[dict], names: list[str], with_cost: bool, holdout: bool
+          ) -> list[list[str]]:
+    """The ranking table's cells, best first."""
+    lines = []
+    for i, r in enumerate(shown, 1):
+        cells = [str(i)] + [str(r["options"].get(n, r.get(n, "-"))) for n in names]
+        cells += [f"{r['tokens_per_step']:.3f}"]
+        if holdout:
+            cells += [f"{r['holdout']['tokens_per_step']:.3f}"]
+        cells += [f"{r['draft_nodes_per_step']:.2f}", pct(r["share_steps_with_draft"])]
+        if with_cost:
+            cells += [f"{r['speedup']:.2f}x"]
+            if holdout:
+                cells += [f"{r['holdout']['speedup']:.2f}x"]
+            cells += [f"{r['speculative_tokens_per_s']:,.1f}",
+                      f"{r['baseline_tokens_per_s']:,.1f}"]
+        lines.append(cells)
+    return lines
