@@ -171,6 +171,10 @@ def compile_library(lib: Path, sources: list[Path], what: str) -> Path:
     if res.returncode != 0:
         raise PeerUnavailable(f"compiling {what} failed:\n{res.stderr[-2000:]}")
     tmp_lib.replace(lib)
+    family = lib.name.split("-")[0]  # the same library built from earlier shims: stale now
+    for old in lib.parent.glob(f"{family}*.so"):
+        if old != lib and old.name.removesuffix(".so").split("-")[0] == family:
+            old.unlink(missing_ok=True)
     return lib
 
 
