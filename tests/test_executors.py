@@ -332,3 +332,19 @@ def test_unreachable_ray_address(streams, capsys):
     err = capsys.readouterr().err
     assert "--address 127.0.0.1:1: no Ray cluster reachable there" in err
     assert err.count("\n") == 1
+
+
+# --- the sweep library's own examples -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ngramspec.sweep", "ngramspec.sweep.jobs",
+                                  "ngramspec.sweep.plan", "ngramspec.sweep.split",
+                                  "ngramspec.sweep.executors", "ngramspec.sweep.results",
+                                  "ngramspec.cli", "ngramspec.cli._report"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name),
+                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
