@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+from itertools import chain
 from collections.abc import Iterable, Sequence
 from typing import Any, Hashable
 
@@ -53,6 +54,7 @@ _SGLANG_DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=8,
                         draft_token_num=8, match_type="BFS", capacity=1_000_000,
                         external_sam_budget=0, external_corpus_max_tokens=10_000_000)
 _EMPTY = np.zeros(0, np.int64)
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 def resolve_config(config: Any) -> NgramConfig:
@@ -175,8 +177,13 @@ class NgramCorpus:
         the step) into the trie, in a background thread; returns at once.  Beyond SGLang the
         windows are the contexts ``batch_get`` already saw, and the drafter's own policy
         inserts what the requests emitted at the next ``batch_get``: nothing is done here."""
-        if self._exact:
+        if not self._exact:
+            return
+        packed = _pack_windows(batch_tokens)
+        if packed is None:  # anything unusual: the cache's checked path (and its errors)
             self._cache.insert(batch_tokens, wait=False)
+        else:
+            self._cache._insert_packed(*packed, wait=False)
 
     def synchronize(self) -> None:
         """Wait until every window queued by ``batch_put`` is in the trie."""
@@ -359,6 +366,24 @@ class NgramCorpus:
             if 1 <= after <= tail.size:
                 return prompt, int(tail[tail.size - after])
         return tail[:-1], int(tail[-1])
+
+
+def _pack_windows(batch: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The worker's windows (lists of int token ids, none empty) packed as (int32 flat, int64
+    offsets) in one pass; None for any other input, which the checked path then handles.
+    Floats are truncated, as SGLang's own packing (``torch.tensor(..., dtype=int32)``) does."""
+    try:
+        lens = [len(s) for s in batch]
+        if not lens or 0 in lens:
+            return None
+        flat = np.fromiter(chain.from_iterable(batch), np.int64, sum(lens))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if flat.size and (flat.min() < _INT32_MIN or flat.max() > _INT32_MAX):
+        return None
+    offsets = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return flat.astype(np.int32), offsets
 
 
 def _warm_drafter(cfg: NgramConfig, backend: str, costs: Any) -> None:

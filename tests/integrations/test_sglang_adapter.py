@@ -371,3 +371,12 @@ def test_accepted_length():
     assert accepted_length(tokens, mask, np.array([3, 2])) == 2
     assert accepted_length(tokens, mask, np.array([0, 5])) == 2  # a padding slot is a child
     assert accepted_length(tokens, mask, np.array([2])) == 1
+
+
+def test_docstring_examples():
+    import doctest
+
+    from ngramspec.integrations import sglang
+
+    result = doctest.testmod(sglang, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
