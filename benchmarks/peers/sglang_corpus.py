@@ -23,9 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import types
-import zipfile
 from pathlib import Path
 
 from . import sglang as base
@@ -157,16 +155,7 @@ def python_files() -> dict[str, Path]:
     paths = {name: py / name for name in PY_FILES}
     if all(p.exists() for p in paths.values()):
         return paths
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-               f"sglang=={base.SGLANG_VERSION}", "-d", tmp]
-        if subprocess.run(cmd, capture_output=True).returncode != 0:
-            raise PeerUnavailable(f"pip could not download sglang=={base.SGLANG_VERSION}")
-        wheel = next(Path(tmp).glob("sglang-*.whl"))
-        with zipfile.ZipFile(wheel) as z:
-            for name, path in paths.items():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(z.read(name))
+    base.extract_from_wheel(base.SGLANG_VERSION, paths.get)
     return paths
 
 
