@@ -380,3 +380,48 @@ def test_docstring_examples():
 
     result = doctest.testmod(sglang, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+# ---- SGLang 0.5.9's NgramCache ------------------------------------------------------------------
+
+def test_legacy_ngramcache_drafts_as_the_059_profile():
+    from ngramspec.integrations.sglang_legacy import NgramCache as Legacy
+
+    kw = dict(branch_length=6, min_match_window_size=1, max_match_window_size=4,
+              min_bfs_breadth=1, max_bfs_breadth=3, draft_token_num=6, capacity=300)
+    legacy, cache = Legacy(**kw), ns.NgramCache(profile="sglang-0.5.9", **kw)
+    rng = np.random.default_rng(11)
+    seqs = [list(rng.integers(0, 5, 3)) for _ in range(4)]
+    for step in range(60):
+        ctxs = [s[-4:] for s in seqs]
+        legacy.synchronize()
+        tokens, mask = legacy.batch_get(ctxs)
+        want = cache.match(ctxs)
+        assert tokens.dtype == mask.dtype == np.int64
+        assert_array_equal(tokens, want.tokens.reshape(-1))
+        assert_array_equal(mask, want.mask.reshape(-1))
+        for s in seqs:  # 0.5.9 inserts after appending
+            s += list(rng.integers(0, 5, int(rng.integers(1, 3))))
+        windows = [s[-6:] for s in seqs]
+        legacy.batch_put(windows)
+        cache.insert(windows)
+        if step == 30:
+            legacy.reset()
+            cache.reset()
+    cfg = ns.NgramConfig(profile="sglang-0.5.9", max_match_window_size=10, draft_token_num=8)
+    assert Legacy(config=cfg).config == cfg
+    with pytest.raises(ValueError, match="max_match_window_size=4 but the config has 10"):
+        Legacy(max_match_window_size=4, config=cfg)
+    with pytest.raises(ValueError, match="profile"):
+        Legacy(config="recommended")
+    assert Legacy().batch_get([])[0].shape == (0,)
+
+
+def test_legacy_docstring_examples():
+    import doctest
+
+    from ngramspec.integrations import sglang_legacy
+
+    result = doctest.testmod(sglang_legacy,
+                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
