@@ -26,6 +26,8 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
+
 from . import sglang as base
 
 PeerUnavailable = base.PeerUnavailable
@@ -309,3 +311,72 @@ def wheel_modules() -> dict[str, types.ModuleType]:
 def corpus_class() -> type:
     """SGLang 0.5.23's ``NgramCorpus`` (the wheel's class, unchanged, over the wheel's core)."""
     return wheel_modules()[PY_FILES["sglang/srt/speculative/cpp_ngram/ngram_corpus.py"]].NgramCorpus
+
+
+# ---- SGLang 0.5.9's NgramCache (the window era) -------------------------------------------------
+
+LEGACY_PY = "sglang/srt/speculative/cpp_ngram/ngram_cache.py"
+
+
+def legacy_python_file() -> Path:
+    """The 0.5.9 wheel's ``ngram_cache.py``, extracted once beside that core."""
+    path = base._cache_dir() / f"sglang-{base.LEGACY_VERSION}" / "py" / LEGACY_PY
+    if not path.exists():
+        base.extract_from_wheel(base.LEGACY_VERSION, {LEGACY_PY: path}.get)
+    return path
+
+
+class _LegacyParam:
+    """Stands in for the pybind ``Param`` of 0.5.9 (plain attributes)."""
+
+
+class _LegacyNgram:
+    """Stands in for the pybind ``Ngram`` of 0.5.9, over the ctypes-built core (inserts are
+    complete when ``asyncInsert`` returns: ``synchronize`` has nothing left to wait for)."""
+
+    def __init__(self, capacity: int, p: _LegacyParam) -> None:
+        self._peer = base.SglangLegacyPeer(
+            branch_length=p.branch_length, min_match_window_size=p.min_match_window_size,
+            max_match_window_size=p.max_match_window_size, min_bfs_breadth=p.min_bfs_breadth,
+            max_bfs_breadth=p.max_bfs_breadth, draft_token_num=p.draft_token_num,
+            match_type=p.match_type, capacity=capacity)
+
+    def asyncInsert(self, batch_tokens) -> None:  # noqa: N802 (the binding's name)
+        self._peer.insert(batch_tokens)
+
+    def synchronize(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        self._peer.reset()
+
+    def batchMatch(self, batch_tokens):  # noqa: N802
+        tokens, mask = self._peer.match(batch_tokens)
+        return types.SimpleNamespace(token=tokens.reshape(-1).tolist(),
+                                     mask=mask.reshape(-1).astype(np.uint8).tolist())
+
+
+@functools.cache
+def legacy_cache_class() -> type:
+    """SGLang 0.5.9's ``NgramCache`` (the wheel's class, unchanged, over the wheel's core; its
+    ``torch.utils.cpp_extension.load`` answered by the ctypes build)."""
+    base.build(base.LEGACY_VERSION)
+    path = legacy_python_file()
+    ext = types.ModuleType("torch.utils.cpp_extension")
+    ext.load = lambda **kw: types.SimpleNamespace(Param=_LegacyParam, Ngram=_LegacyNgram)
+    stubs = {"torch": types.ModuleType("torch"), "torch.utils": types.ModuleType("torch.utils"),
+             "torch.utils.cpp_extension": ext}
+    stubs["torch"].__path__ = stubs["torch.utils"].__path__ = []
+    name = "sglang_0_5_9_ngram_cache"
+    saved = {n: sys.modules[n] for n in stubs if n in sys.modules}
+    try:
+        sys.modules.update(stubs)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        for n in stubs:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
+    return mod.NgramCache

@@ -45,14 +45,18 @@ def accepted_length(tokens: np.ndarray, mask: np.ndarray, recorded: np.ndarray) 
 def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
                   outputs: Sequence[Sequence[int]], *, concurrency: int, max_trie_depth: int,
                   draft_token_num: int, hooks: bool = False,
-                  on_get: Callable[[list, np.ndarray, np.ndarray], None] | None = None
-                  ) -> list[np.ndarray]:
+                  on_get: Callable[[list, np.ndarray, np.ndarray], None] | None = None,
+                  legacy_branch_length: int | None = None) -> list[np.ndarray]:
     """Drive ``corpus`` through the worker's calls; per request, the tokens emitted at each of
     its verify steps (int32, as :attr:`ngramspec.SimulationResult.emitted`).
 
     ``on_get(req_ids, tokens, mask)`` sees every ``batch_get``'s output (for differential
-    checks).  Request ids are ``"r<index>"``.
+    checks).  Request ids are ``"r<index>"``.  ``legacy_branch_length``: SGLang 0.5.9's worker
+    instead (``NgramCache``): ``batch_get`` of the last ``max_trie_depth`` (there:
+    ``max_match_window_size``) tokens without ids, ``batch_put`` of each request's last
+    ``legacy_branch_length`` tokens after appending what it emitted, no erase.
     """
+    legacy = legacy_branch_length is not None
     prompts = [np.asarray(p, np.int64) for p in prompts]
     outputs = [np.asarray(o, np.int64) for o in outputs]
     n_req, n = len(prompts), draft_token_num
@@ -87,7 +91,8 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
             windows.append(seq[-max_trie_depth:].tolist())
         lens = [int(prompts[r].size + done[r]) for r in running]
         corpus.synchronize()
-        tokens, mask = corpus.batch_get(ids, windows, lens)
+        tokens, mask = (corpus.batch_get(windows) if legacy else
+                        corpus.batch_get(ids, windows, lens))
         if on_get is not None:
             on_get(ids, tokens, mask)
         b = len(running)
@@ -97,11 +102,15 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
             e = accepted_length(tokens[i], mask[i], outputs[r][done[r]:])
             emitted[r].append(e)
             done[r] += e
-        corpus.batch_put(windows)
-        if departed:  # the worker erases the last iteration's departures after its put
+        if legacy:
+            corpus.batch_put([np.concatenate([prompts[r], outputs[r][:done[r]]])
+                              [-legacy_branch_length:].tolist() for r in running])
+        else:
+            corpus.batch_put(windows)
+        if departed and not legacy:  # the worker erases the last iteration's departures after its put
             corpus.erase_match_state([f"r{r}" for r in departed])
         previous = list(running)
         running = [r for r in running if done[r] < outputs[r].size]
-    if previous:
+    if previous and not legacy:
         corpus.erase_match_state([f"r{r}" for r in previous])
     return [np.asarray(e, np.int32) for e in emitted]

@@ -425,3 +425,18 @@ def test_legacy_docstring_examples():
     result = doctest.testmod(sglang_legacy,
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_legacy_ngramcache_under_the_059_worker_equals_simulate():
+    from ngramspec.integrations.sglang_legacy import NgramCache as Legacy
+
+    cfg = ns.NgramConfig(profile="sglang-0.5.9", max_match_window_size=10, draft_token_num=8,
+                         capacity=100_000)
+    rows = _streams(16)
+    sim = ns.simulate(rows, config=cfg, concurrency=4)
+    got = replay_worker(Legacy(draft_token_num=8, capacity=100_000, config=cfg),
+                        [r["prompt_ids"] for r in rows], [r["output_ids"] for r in rows],
+                        concurrency=4, max_trie_depth=10, draft_token_num=8,
+                        legacy_branch_length=cfg.branch_length)
+    for a, b in zip(got, sim.emitted):
+        assert_array_equal(a, b)

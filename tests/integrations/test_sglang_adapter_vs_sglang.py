@@ -115,3 +115,36 @@ def test_bad_match_type_gets_sglangs_error(sglang_cls):
     with pytest.raises(ValueError) as ours:
         NgramCorpus(match_type="DFS")
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("case", _random_configs(6, seed=59), ids=lambda c: "-".join(
+    f"{v}" for v in c.values()))
+def test_legacy_ngramcache_equals_sglang_059s_class(case):
+    """SGLang 0.5.9's own NgramCache (the wheel's file over the 0.5.9 core) against ours, driven
+    by that worker's calls (stateless batch_get, windows put after appending)."""
+    from ngramspec.integrations.sglang_legacy import NgramCache as Legacy
+
+    try:
+        theirs_cls = sglang_corpus.legacy_cache_class()
+    except sglang_corpus.PeerUnavailable as e:
+        pytest.skip(f"SGLang 0.5.9's NgramCache unavailable: {e}")
+    branch = max(case["max_trie_depth"], 3)
+    window = int(np.clip(branch // 2, 1, branch - 1))
+    kw = dict(branch_length=branch, min_match_window_size=1, max_match_window_size=window,
+              min_bfs_breadth=case["min_bfs_breadth"], max_bfs_breadth=case["max_bfs_breadth"],
+              draft_token_num=case["draft_token_num"], match_type="BFS",
+              capacity=max(case["capacity"], branch + 1))
+    rows = _streams(8, offset=7)
+    outs = {"ours": [], "theirs": []}
+    emitted = {}
+    for name, corpus in (("ours", Legacy(**kw)), ("theirs", theirs_cls(**kw))):
+        emitted[name] = replay_worker(
+            corpus, [r["prompt_ids"] for r in rows], [r["output_ids"] for r in rows],
+            concurrency=case["concurrency"], max_trie_depth=window,
+            draft_token_num=kw["draft_token_num"], legacy_branch_length=branch,
+            on_get=lambda ids, t, m, out=outs[name]: out.append((t, m)))
+    assert len(outs["ours"]) == len(outs["theirs"]) > 0
+    for (t, m), (t2, m2) in zip(outs["ours"], outs["theirs"]):
+        assert t.dtype == t2.dtype == np.int64 and m.dtype == m2.dtype == np.int64
+        assert_array_equal(t, t2)
+        assert_array_equal(m, m2)
