@@ -3,6 +3,10 @@
 :mod:`ngramspec.integrations.sglang`
     ``NgramCorpus``: a drop-in for SGLang 0.5.23's NGRAM drafter class, backed by ngramspec
     (any :class:`~ngramspec.NgramConfig`); imports nothing of SGLang.
+:mod:`ngramspec.integrations.sglang_legacy`
+    ``NgramCache``: the same for SGLang 0.5.9's window-era class.
+:mod:`ngramspec.integrations.sglang_replay`
+    SGLang's worker's call sequence on recorded streams, against either class (checks).
 :mod:`ngramspec.integrations.sglang_launch`
     Switching it on in SGLang's server (``ngramspec sglang-launch``, SGLang's plugin entry
     point); the one place that imports SGLang, and only when run.
