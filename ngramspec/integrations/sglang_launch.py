@@ -154,15 +154,19 @@ def _route_scheduler() -> None:
         if not isinstance(names, dict):
             continue
         for name, value in list(names.items()):
-            if value is original and name != "_ngramspec_original":
-                setattr(mod, name, run_scheduler_process)
-            elif isinstance(value, type) and \
-                    getattr(value, "run_scheduler_process_func", None) is original:
-                value.run_scheduler_process_func = staticmethod(run_scheduler_process)
-            elif isinstance(value, types.FunctionType) and value.__defaults__ and \
-                    any(d is original for d in value.__defaults__):
-                value.__defaults__ = tuple(run_scheduler_process if d is original else d
-                                           for d in value.__defaults__)
+            try:
+                if value is original and name != "_ngramspec_original":
+                    setattr(mod, name, run_scheduler_process)
+                elif isinstance(value, type) and \
+                        value.__dict__.get("run_scheduler_process_func") is not None and \
+                        value.run_scheduler_process_func is original:  # Engine's hook
+                    value.run_scheduler_process_func = staticmethod(run_scheduler_process)
+                elif isinstance(value, types.FunctionType) and value.__defaults__ and \
+                        any(d is original for d in value.__defaults__):  # launch_server's
+                    value.__defaults__ = tuple(run_scheduler_process if d is original else d
+                                               for d in value.__defaults__)
+            except (AttributeError, TypeError):  # read-only or odd objects: not ours to route
+                continue
 
 
 def server_flags(config: Any, given: list[str]) -> list[str]:

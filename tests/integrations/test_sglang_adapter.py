@@ -440,3 +440,42 @@ def test_legacy_ngramcache_under_the_059_worker_equals_simulate():
                         legacy_branch_length=cfg.branch_length)
     for a, b in zip(got, sim.emitted):
         assert_array_equal(a, b)
+
+
+def test_route_scheduler_reaches_every_holder(fake_sglang, monkeypatch):
+    """Module names, Engine's class attribute and launch_server's default argument that hold
+    SGLang's run_scheduler_process all get the launcher's (in this process)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(fake_sglang))
+    for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        monkeypatch.delitem(sys.modules, name)
+    try:
+        _route_in_stand_in(importlib.import_module("sglang.srt.managers.scheduler"),
+                           monkeypatch)
+    finally:  # the stand-in leaves with the test
+        for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+            del sys.modules[name]
+
+
+def _route_in_stand_in(sched, monkeypatch):
+    import types
+
+    original = sched.run_scheduler_process
+    holder = types.ModuleType("sglang.srt.entrypoints_fake")
+    holder.run_scheduler_process = original
+
+    class Engine:
+        run_scheduler_process_func = staticmethod(original)
+
+    def launch_server(args, run_scheduler_process_func=original):
+        return run_scheduler_process_func
+
+    holder.Engine, holder.launch_server = Engine, launch_server
+    monkeypatch.setitem(sys.modules, holder.__name__, holder)
+    sglang_launch._route_scheduler()
+    ours = sglang_launch.run_scheduler_process
+    assert sched.run_scheduler_process is ours and holder.run_scheduler_process is ours
+    assert Engine.run_scheduler_process_func is ours
+    assert launch_server(None) is ours
+    assert sched._ngramspec_original is original
