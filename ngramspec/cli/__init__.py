@@ -99,6 +99,8 @@ COMMANDS: tuple[Command, ...] = (
     Command.of("streams", streams),
     Command.of("calibrate", calibrate),
     Command.of("check", check),
+    forward("sglang-launch", "ngramspec.integrations.sglang_launch:launch",
+            help="run SGLang's server with ngramspec's drafter (docs/sglang.md)"),
 )
 
 # The usage line names these first, in this order (as it always has); later rows follow.
