@@ -21,10 +21,9 @@ from pathlib import Path
 import numpy as np
 
 import ngramspec as ns
+from benchmarks.peers import sglang_corpus
 from ngramspec.integrations.sglang import NgramCorpus
 from ngramspec.integrations.sglang_replay import replay_worker
-
-from benchmarks.peers import sglang_corpus
 
 DATA = Path(ns.__file__).parent / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz"
 
@@ -54,12 +53,12 @@ class Timed:
 
 def _server_kw(cfg: ns.NgramConfig) -> dict:
     a = cfg.to_sglang_args(plugin=True)
-    return dict(max_trie_depth=a["speculative_ngram_max_trie_depth"],
-                min_bfs_breadth=a["speculative_ngram_min_bfs_breadth"],
-                max_bfs_breadth=a["speculative_ngram_max_bfs_breadth"],
-                draft_token_num=a["speculative_num_draft_tokens"],
-                match_type=a["speculative_ngram_match_type"],
-                capacity=a["speculative_ngram_capacity"])
+    return {"max_trie_depth": a["speculative_ngram_max_trie_depth"],
+            "min_bfs_breadth": a["speculative_ngram_min_bfs_breadth"],
+            "max_bfs_breadth": a["speculative_ngram_max_bfs_breadth"],
+            "draft_token_num": a["speculative_num_draft_tokens"],
+            "match_type": a["speculative_ngram_match_type"],
+            "capacity": a["speculative_ngram_capacity"]}
 
 
 def run(make, rows, concurrency: int, cfg: ns.NgramConfig) -> Timed:
@@ -95,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
             ours, theirs = [], []
             for _ in range(args.rounds):  # alternate, so that drift hits both
                 theirs.append(run(lambda: sglang_cls(**_server_kw(server)), rows, batch, server))
-                ours.append(run(lambda: NgramCorpus(**_server_kw(cfg), config=cfg), rows, batch,
-                                cfg))
+                ours.append(run(lambda cfg=cfg: NgramCorpus(**_server_kw(cfg), config=cfg), rows,
+                                batch, cfg))
             og = [c for t in ours for c in t.get]
             tg = [c for t in theirs for c in t.get]
             op = [c for t in ours for c in t.put]

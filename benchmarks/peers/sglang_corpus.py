@@ -19,9 +19,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
-import os
-import shutil
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -130,25 +127,17 @@ def _out_dir() -> Path:
 
 
 def build() -> Path:
-    """Compile the shim beside SGLang's sources (downloaded by ``peers.sglang.build``)."""
+    """Compile the shim beside SGLang's sources (downloaded by ``peers.sglang.build``), once
+    per version of the shim."""
     base.build()
     out = _out_dir()
-    lib = out / "libsglang_corpus_peer.so"
+    lib = out / f"libsglang_corpus_peer-{base.shim_tag(SHIM)}.so"
     if lib.exists():
         return lib
     src = out / "src"
     (src / "corpus_shim.cpp").write_text(SHIM)
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
-    if cxx is None:
-        raise PeerUnavailable("no C++ compiler (g++) to build SGLang's core")
-    files = [str(src / f) for f in base.SOURCES] + [str(src / "corpus_shim.cpp")]
-    tmp = lib.with_suffix(".so.tmp")
-    res = subprocess.run([cxx, "-std=c++20", "-O3", "-shared", "-fPIC", "-pthread", "-I",
-                          str(src), *files, "-o", str(tmp)], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise PeerUnavailable(f"compiling the corpus shim failed:\n{res.stderr[-2000:]}")
-    tmp.replace(lib)
-    return lib
+    files = [src / f for f in base.SOURCES] + [src / "corpus_shim.cpp"]
+    return base.compile_library(lib, files, "the NgramCorpus shim")
 
 
 def python_files() -> dict[str, Path]:
@@ -341,7 +330,7 @@ class _LegacyNgram:
             max_bfs_breadth=p.max_bfs_breadth, draft_token_num=p.draft_token_num,
             match_type=p.match_type, capacity=capacity)
 
-    def asyncInsert(self, batch_tokens) -> None:  # noqa: N802 (the binding's name)
+    def asyncInsert(self, batch_tokens) -> None:
         self._peer.insert(batch_tokens)
 
     def synchronize(self) -> None:
@@ -350,7 +339,7 @@ class _LegacyNgram:
     def reset(self) -> None:
         self._peer.reset()
 
-    def batchMatch(self, batch_tokens):  # noqa: N802
+    def batchMatch(self, batch_tokens):
         tokens, mask = self._peer.match(batch_tokens)
         return types.SimpleNamespace(token=tokens.reshape(-1).tolist(),
                                      mask=mask.reshape(-1).astype(np.uint8).tolist())

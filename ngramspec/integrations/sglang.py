@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Hashable, Iterable, Sequence
 from itertools import chain
-from collections.abc import Iterable, Sequence
-from typing import Any, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -42,17 +42,13 @@ from ..cache import NgramCache
 from ..config import PRESETS, NgramConfig
 from ..drafter import Drafter
 
-__all__ = ["NgramCorpus", "resolve_config", "SEPARATOR_TOKEN"]
+__all__ = ["SEPARATOR_TOKEN", "NgramCorpus", "resolve_config"]
 
 logger = logging.getLogger(__name__)
 
 #: The token SGLang puts between the documents of an external corpus.
 SEPARATOR_TOKEN = -(2**31)
 
-# SGLang's NgramCorpus defaults (the class's, not the server's).
-_SGLANG_DEFAULTS = dict(max_trie_depth=18, min_bfs_breadth=1, max_bfs_breadth=8,
-                        draft_token_num=8, match_type="BFS", capacity=1_000_000,
-                        external_sam_budget=0, external_corpus_max_tokens=10_000_000)
 _EMPTY = np.zeros(0, np.int64)
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -122,11 +118,11 @@ class NgramCorpus:
                  external_corpus_max_tokens: int = 10_000_000, *,
                  config: NgramConfig | str | os.PathLike | None = None,
                  backend: str = "numba", costs: Any = None) -> None:
-        given = dict(max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
-                     max_bfs_breadth=max_bfs_breadth, draft_token_num=draft_token_num,
-                     match_type=match_type, capacity=capacity,
-                     external_sam_budget=external_sam_budget,
-                     external_corpus_max_tokens=external_corpus_max_tokens)
+        given = {"max_trie_depth": max_trie_depth, "min_bfs_breadth": min_bfs_breadth,
+                 "max_bfs_breadth": max_bfs_breadth, "draft_token_num": draft_token_num,
+                 "match_type": match_type, "capacity": capacity,
+                 "external_sam_budget": external_sam_budget,
+                 "external_corpus_max_tokens": external_corpus_max_tokens}
         if config is None:
             if match_type not in ("BFS", "PROB"):  # SGLang's own words
                 raise ValueError(f"Unknown match_type: '{match_type}'. Must be 'BFS' or 'PROB'.")

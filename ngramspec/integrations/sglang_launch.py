@@ -33,8 +33,15 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["ENV_CONFIG", "install", "plugin", "launch", "main", "run_scheduler_process",
-           "server_flags"]
+__all__ = [
+    "ENV_CONFIG",
+    "install",
+    "launch",
+    "main",
+    "plugin",
+    "run_scheduler_process",
+    "server_flags",
+]
 
 logger = logging.getLogger("ngramspec.integrations.sglang")
 
@@ -197,7 +204,7 @@ def launch(argv: list[str]) -> int:
     from ..config import PRESETS
     from .sglang import resolve_config
 
-    ours, sep, theirs = _split(argv)
+    ours, _sep, theirs = _split(argv)
     parser = argparse.ArgumentParser(
         prog="ngramspec sglang-launch",
         description="Run SGLang's server (python -m sglang.launch_server ARGS) with "

@@ -14,7 +14,7 @@ replace the name in the worker module yourself.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -45,10 +45,12 @@ class NgramCache:
                  capacity: int = 1_000_000, *,
                  config: NgramConfig | str | os.PathLike | None = None,
                  backend: str = "numba") -> None:
-        given = dict(branch_length=branch_length, min_match_window_size=min_match_window_size,
-                     max_match_window_size=max_match_window_size,
-                     min_bfs_breadth=min_bfs_breadth, max_bfs_breadth=max_bfs_breadth,
-                     draft_token_num=draft_token_num, match_type=match_type, capacity=capacity)
+        given = {"branch_length": branch_length,
+                 "min_match_window_size": min_match_window_size,
+                 "max_match_window_size": max_match_window_size,
+                 "min_bfs_breadth": min_bfs_breadth, "max_bfs_breadth": max_bfs_breadth,
+                 "draft_token_num": draft_token_num, "match_type": match_type,
+                 "capacity": capacity}
         if config is None:
             cfg = NgramConfig(profile="sglang-0.5.9", **given)
         else:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["replay_worker", "accepted_length"]
+__all__ = ["accepted_length", "replay_worker"]
 
 
 def accepted_length(tokens: np.ndarray, mask: np.ndarray, recorded: np.ndarray) -> int:
@@ -107,7 +107,7 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
                               [-legacy_branch_length:].tolist() for r in running])
         else:
             corpus.batch_put(windows)
-        if departed and not legacy:  # the worker erases the last iteration's departures after its put
+        if departed and not legacy:  # the worker erases last iteration's departures now
             corpus.erase_match_state([f"r{r}" for r in departed])
         previous = list(running)
         running = [r for r in running if done[r] < outputs[r].size]

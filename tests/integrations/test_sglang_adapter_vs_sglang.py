@@ -15,10 +15,9 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
+from benchmarks.peers import sglang_corpus
 from ngramspec.integrations.sglang import SEPARATOR_TOKEN, NgramCorpus
 from ngramspec.integrations.sglang_replay import replay_worker
-
-from benchmarks.peers import sglang_corpus
 
 pytestmark = pytest.mark.sglang
 
@@ -46,13 +45,13 @@ def _random_configs(n: int, seed: int = 2026) -> list[dict]:
     for _ in range(n):
         depth = int(rng.choice([2, 3, 5, 8, 12, 18, 24]))
         lo = int(rng.integers(1, 6))
-        out.append(dict(max_trie_depth=depth, min_bfs_breadth=lo,
-                        max_bfs_breadth=lo + int(rng.integers(0, 12)),
-                        draft_token_num=int(rng.choice([1, 2, 4, 8, 12, 16, 24])),
-                        match_type=str(rng.choice(["BFS", "PROB"])),
-                        capacity=int(rng.choice([depth + 1 + int(rng.integers(0, 50)),
-                                                 2_000, 200_000])),
-                        concurrency=int(rng.choice([1, 3, 8, 16]))))
+        out.append({"max_trie_depth": depth, "min_bfs_breadth": lo,
+                    "max_bfs_breadth": lo + int(rng.integers(0, 12)),
+                    "draft_token_num": int(rng.choice([1, 2, 4, 8, 12, 16, 24])),
+                    "match_type": str(rng.choice(["BFS", "PROB"])),
+                    "capacity": int(rng.choice([depth + 1 + int(rng.integers(0, 50)),
+                    2_000, 200_000])),
+                    "concurrency": int(rng.choice([1, 3, 8, 16]))})
     return out
 
 
@@ -104,8 +103,8 @@ def test_external_corpus_equal_sglangs_class(sglang_cls):
     for i, d in enumerate(docs):
         stream += ([SEPARATOR_TOKEN] if i else []) + list(d)
     chunks = [stream[i:i + 4096] for i in range(0, len(stream), 4096)]
-    kw = dict(max_trie_depth=12, draft_token_num=8, capacity=100_000, external_sam_budget=3,
-              external_corpus_max_tokens=1_000_000)
+    kw = {"max_trie_depth": 12, "draft_token_num": 8, "capacity": 100_000, "external_sam_budget": 3,
+          "external_corpus_max_tokens": 1_000_000}
     _differential(sglang_cls, kw, 4, _streams(10, offset=5), corpora={"docs": chunks})
 
 
@@ -130,10 +129,10 @@ def test_legacy_ngramcache_equals_sglang_059s_class(case):
         pytest.skip(f"SGLang 0.5.9's NgramCache unavailable: {e}")
     branch = max(case["max_trie_depth"], 3)
     window = int(np.clip(branch // 2, 1, branch - 1))
-    kw = dict(branch_length=branch, min_match_window_size=1, max_match_window_size=window,
-              min_bfs_breadth=case["min_bfs_breadth"], max_bfs_breadth=case["max_bfs_breadth"],
-              draft_token_num=case["draft_token_num"], match_type="BFS",
-              capacity=max(case["capacity"], branch + 1))
+    kw = {"branch_length": branch, "min_match_window_size": 1,
+          "max_match_window_size": window, "min_bfs_breadth": case["min_bfs_breadth"],
+          "max_bfs_breadth": case["max_bfs_breadth"], "draft_token_num": case["draft_token_num"],
+          "match_type": "BFS", "capacity": max(case["capacity"], branch + 1)}
     rows = _streams(8, offset=7)
     outs = {"ours": [], "theirs": []}
     emitted = {}
