@@ -1,5 +1,5 @@
 """The engine's one heap and one libstdc++ map model, against the readable models of
-:mod:`ngramspec.stdorder` (which ``tests/test_stdorder.py`` checks against libstdc++ itself)."""
+:mod:`ngramspec.stdorder` (which ``tests/engine/test_stdorder.py`` checks against libstdc++ itself)."""
 
 from __future__ import annotations
 

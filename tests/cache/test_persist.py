@@ -319,7 +319,7 @@ LEGACY_FILES = {
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_files_of_the_previous_version_load_and_continue(name, backend):
     saved_by, cfg = LEGACY_FILES[name]
-    path = os.path.join(os.path.dirname(__file__), "data", name)
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", name)
     loaded = ns.NgramCache.load(path, backend=backend)
     rebuilt = _legacy_operations(saved_by, **cfg)
     assert loaded.backend == backend and loaded.config == rebuilt.config

@@ -15,7 +15,7 @@ import ngramspec as ns
 from ngramspec import persist
 
 BACKENDS = ("numba", "reference")
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 
 
 def _operations(backend):

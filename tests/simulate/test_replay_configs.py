@@ -233,6 +233,6 @@ def test_kernels_run_as_plain_python():
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     proc = subprocess.run([sys.executable, "-c", JIT_OFF_SCRIPT, json.dumps(options)],
                           capture_output=True, text=True, env=env, timeout=300,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True] * len(options)

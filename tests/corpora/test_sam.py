@@ -324,7 +324,7 @@ def test_docs_corpora_example_runs_and_prints_what_it_says():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "corpora.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "corpora.md").read_text()
     block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
     lines = block.splitlines()
     scope: dict = {}

@@ -23,7 +23,7 @@ from ngramspec.sweep import (RESULT_FIELDS, TIMING_FIELDS, LocalExecutor, Result
                              ResultsFileError, make_executor)
 from ngramspec.streams import embedded_streams_path, write_streams
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
