@@ -30,6 +30,7 @@ import logging
 import os
 import runpy
 import sys
+import warnings
 import types
 from typing import Any
 
@@ -156,6 +157,12 @@ def _route_scheduler() -> None:
     sched = importlib.import_module(_SCHEDULER)
     original = sched.__dict__.get("_ngramspec_original", sched.run_scheduler_process)
     sched._ngramspec_original = original
+    with warnings.catch_warnings():  # looking at deprecated objects (torch's) warns
+        warnings.simplefilter("ignore")
+        _route_holders(original)
+
+
+def _route_holders(original: Any) -> None:
     for mod in list(sys.modules.values()):
         names = getattr(mod, "__dict__", None)
         if not isinstance(names, dict):
