@@ -11,7 +11,7 @@ shim over SGLang's ``Ngram``) and ``sglang.kernels.jit.utils`` (no JIT: the core
 built).  The stand-ins live in ``sys.modules`` only while the two files execute, so an installed
 SGLang is never shadowed.  Needs torch (the wheel's file packs its inputs with it).
 
-Used by the adapter's differential tests (marker ``sglang``) and ``benchmarks.sglang_adapter``.
+Used by the adapter's differential tests (marker ``sglang``) and ``benchmarks.studies.sglang_adapter``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ recorded streams in the same process, alternately, several rounds; medians over 
 every round.  SGLang's class runs the server defaults in both rows (what the server runs
 without ngramspec); the adapter runs the server defaults, then ``recommended()``.
 
-    python -m benchmarks.sglang_adapter [--streams 96] [--rounds 3]
+    python -m benchmarks.studies.sglang_adapter [--streams 96] [--rounds 3]
 """
 
 from __future__ import annotations
