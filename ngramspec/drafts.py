@@ -207,10 +207,10 @@ class DraftBatch:
 
         Examples
         --------
-        >>> import numpy as np, ngramspec as ns
-        >>> d = ns.DraftBatch(np.array([[2, 4, 3]], dtype=np.int32),
-        ...                   np.array([[[1, 0, 0], [1, 1, 0], [1, 1, 1]]], dtype=bool),
-        ...                   np.array([2], dtype=np.int32))
+        >>> import ngramspec as ns
+        >>> cache = ns.NgramCache(draft_token_num=3, capacity=100)
+        >>> cache.insert([[2, 4, 3]])
+        >>> d = cache.match([[2]])                   # the chain 2, 4, 3
         >>> d.attention_mask([2]).astype(int)
         array([[[1, 1, 1, 0, 0],
                 [1, 1, 1, 1, 0],

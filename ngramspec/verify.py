@@ -116,9 +116,9 @@ def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
     Examples
     --------
     >>> import numpy as np, ngramspec as ns
-    >>> d = ns.DraftBatch(np.array([[2, 4, 3]], dtype=np.int32),
-    ...                   np.array([[[1, 0, 0], [1, 1, 0], [1, 0, 1]]], dtype=bool),
-    ...                   np.array([2], dtype=np.int32))
+    >>> cache = ns.NgramCache(draft_token_num=3, capacity=100)
+    >>> cache.insert([[2, 4], [2, 3]])
+    >>> d = cache.match([[2]])                       # root 2; children 4 and 3
     >>> logits = np.eye(6)[[3, 1, 5]][None]          # argmax 3, 1, 5
     >>> ns.verify_greedy_logits(d, logits).emitted[0].tolist()
     [3, 5]
@@ -207,12 +207,12 @@ def verify_sampling(drafts: DraftBatch, target_probs, *, rng: np.random.Generato
     tokens = drafts.tokens
     next_token = drafts.retrieve_next_token
     next_sibling = drafts.retrieve_next_sibling
+    from .reference.verify import no_acceptance  # the readable rule's start, shared
+
     b, n = tokens.shape
-    accept_index = np.full((b, n), -1, dtype=np.int32)
-    accept_lens = np.zeros(b, dtype=np.int32)
+    accept_index, accept_lens = no_acceptance(b, n)
     emitted = []
     for r in range(b):
-        accept_index[r, 0] = 0
         cur, k, out = 0, 0, []
         coin, acc = rng.random(), 0.0
         rejected: dict[int, float] = {}  # per token, not summed (duplicate padding: once)

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["verify_greedy"]
+__all__ = ["verify_greedy", "no_acceptance"]
+
+
+def no_acceptance(b: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(accept_index, accept_lens)`` before any slot is accepted: the roots alone."""
+    accept_index = np.full((b, n), -1, dtype=np.int32)
+    accept_index[:, 0] = 0
+    return accept_index, np.zeros(b, dtype=np.int32)
 
 
 def verify_greedy(tokens: np.ndarray, next_token: np.ndarray, next_sibling: np.ndarray,
@@ -19,11 +26,9 @@ def verify_greedy(tokens: np.ndarray, next_token: np.ndarray, next_sibling: np.n
     at the last accepted slot.
     """
     b, n = tokens.shape
-    accept_index = np.full((b, n), -1, dtype=np.int32)
-    accept_lens = np.zeros(b, dtype=np.int32)
+    accept_index, accept_lens = no_acceptance(b, n)
     emitted = []
     for r in range(b):
-        accept_index[r, 0] = 0
         last, k, out = 0, 0, []
         for _ in range(1, n):
             cur = next_token[r, last]
