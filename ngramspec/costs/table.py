@@ -36,52 +36,40 @@ class CostTableError(ValueError):
 CostTableError.__module__ = "ngramspec.costs"  # its public home, as tracebacks name it
 
 
-def _as_int(value: Any, name: str, where: str) -> int:
+def _read_number(value: Any, where: str, what: str) -> tuple[Any, str]:
+    """The number a cell or argument holds (text parsed) and how to show it in a message;
+    :class:`CostTableError` saying ``what`` it must be for anything else."""
     if isinstance(value, bool):
-        raise CostTableError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+        raise CostTableError(f"{where}: {what}, got {value!r}")
     if isinstance(value, str):
         text = value.strip()
         try:
-            value = int(text)
+            return float(text), repr(text)
         except ValueError:
-            try:
-                f = float(text)
-            except ValueError:
-                f = math.nan
-            if not (math.isfinite(f) and f == int(f)):  # "4.0" is 4; "2.5" and "x" are not
-                raise CostTableError(f"{where}: {name} must be an integer >= 1, got {text!r}"
-                                     ) from None
-            value = int(f)
-    elif isinstance(value, (float, np.floating)):
-        if not (math.isfinite(value) and value == int(value)):
-            raise CostTableError(f"{where}: {name} must be an integer >= 1, got {value!r}")
-        value = int(value)
-    elif not isinstance(value, (int, np.integer)):
-        raise CostTableError(f"{where}: {name} must be an integer >= 1, got "
-                             f"{type(value).__name__} {value!r}")
-    if value < 1:
-        raise CostTableError(f"{where}: {name} must be an integer >= 1, got {value}")
-    return int(value)
+            raise CostTableError(f"{where}: {what}, got {text!r}") from None
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        raise CostTableError(f"{where}: {what}, got {type(value).__name__} {value!r}")
+    return value, repr(value)
+
+
+def _as_int(value: Any, name: str, where: str) -> int:
+    what = f"{name} must be an integer >= 1"
+    number, shown = _read_number(value, where, what)
+    if isinstance(number, (float, np.floating)):
+        if not (math.isfinite(number) and number == int(number)):  # "4.0" is 4; 2.5 is not
+            raise CostTableError(f"{where}: {what}, got {shown}")
+        number = int(number)
+    if number < 1:
+        raise CostTableError(f"{where}: {what}, got {number}")
+    return int(number)
 
 
 def _as_ms(value: Any, where: str) -> float:
-    if isinstance(value, bool):
-        raise CostTableError(f"{where}: ms must be a number of milliseconds, got {value!r}")
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = float(text)
-        except ValueError:
-            raise CostTableError(f"{where}: ms must be a number of milliseconds, got {text!r}"
-                                 ) from None
-    elif not isinstance(value, (int, float, np.integer, np.floating)):
-        raise CostTableError(f"{where}: ms must be a number of milliseconds, got "
-                             f"{type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
+    number = float(_read_number(value, where, "ms must be a number of milliseconds")[0])
+    if not math.isfinite(number) or number <= 0:
         raise CostTableError(f"{where}: ms must be a finite number of milliseconds > 0, got "
-                             f"{value}")
-    return value
+                             f"{number}")
+    return number
 
 
 class CostTable:
