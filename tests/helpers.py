@@ -82,3 +82,30 @@ def build(backend, cfg, inserts):
     return cache
 
 
+# --- SGLang's own core (the -m sglang differential tests) ----------------------------------
+
+#: Token ranges the differential tests draw from: tiny (n-grams repeat), signed, int32 limits.
+PEER_VOCABS = [(0, 2), (-3, 6), (0, 50), (-(2**31), 2**31 - 1), (0, 151_935)]
+
+
+def build_peer_or_skip(build, *args) -> None:
+    """Build an SGLang peer from its wheel (``benchmarks.peers``), or skip the calling module
+    when it cannot be built here."""
+    import pytest
+
+    from benchmarks.peers.sglang import PeerUnavailable
+
+    try:
+        build(*args)
+    except PeerUnavailable as e:
+        pytest.skip(f"SGLang peer unavailable: {e}")
+
+
+def peer_tree_options(draw, depth: int) -> dict:
+    """The tree options both SGLang eras share, drawn for a trie of ``depth``."""
+    lo = draw(st.integers(1, 8))
+    return dict(min_bfs_breadth=lo, max_bfs_breadth=lo + draw(st.integers(0, 30)),
+                draft_token_num=draw(st.sampled_from([1, 2, 5, 8, 12, 16, 32, 64])),
+                match_type=draw(st.sampled_from(["BFS", "PROB"])),
+                capacity=draw(st.one_of(st.integers(depth + 1, depth + 40),
+                                        st.integers(200, 20_000))))

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
+from helpers import build_peer_or_skip
 
-from benchmarks.peers import sglang as sglang_peer
 from benchmarks.peers import sglang_sam
 
 pytestmark = pytest.mark.sglang
@@ -22,10 +22,7 @@ pytestmark = pytest.mark.sglang
 
 @pytest.fixture(scope="module", autouse=True)
 def peer_built():
-    try:
-        sglang_sam.build()
-    except sglang_peer.PeerUnavailable as e:
-        pytest.skip(f"SGLang peer unavailable: {e}")
+    build_peer_or_skip(sglang_sam.build)
 
 
 @st.composite

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
+from helpers import PEER_VOCABS, build_peer_or_skip, peer_tree_options
 
 from benchmarks.peers import sglang as sglang_peer
 
@@ -28,27 +29,18 @@ PROFILE = "sglang-0.5.9"
 
 @pytest.fixture(scope="module", autouse=True)
 def peer_built():
-    try:
-        sglang_peer.build(sglang_peer.LEGACY_VERSION)
-    except sglang_peer.PeerUnavailable as e:
-        pytest.skip(f"SGLang 0.5.9 peer unavailable: {e}")
+    build_peer_or_skip(sglang_peer.build, sglang_peer.LEGACY_VERSION)
 
 
 @st.composite
 def peer_configs(draw):
     branch = draw(st.sampled_from([2, 3, 5, 8, 12, 18, 20]))
     max_w = draw(st.integers(1, branch - 1))
-    lo = draw(st.integers(1, 8))
     return dict(branch_length=branch, min_match_window_size=draw(st.integers(1, max_w)),
-                max_match_window_size=max_w, min_bfs_breadth=lo,
-                max_bfs_breadth=lo + draw(st.integers(0, 30)),
-                draft_token_num=draw(st.sampled_from([1, 2, 5, 8, 12, 16, 32, 64])),
-                match_type=draw(st.sampled_from(["BFS", "PROB"])),
-                capacity=draw(st.one_of(st.integers(branch + 1, branch + 40),
-                                        st.integers(200, 20_000))))
+                max_match_window_size=max_w, **peer_tree_options(draw, branch))
 
 
-VOCABS = [(0, 2), (-3, 6), (0, 50), (-(2**31), 2**31 - 1), (0, 151_935)]
+VOCABS = PEER_VOCABS
 
 
 def assert_equal(got: ns.DraftBatch, want) -> None:

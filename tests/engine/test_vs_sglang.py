@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
+from helpers import PEER_VOCABS, build_peer_or_skip, peer_tree_options
 
 from benchmarks.peers import sglang as sglang_peer
 
@@ -25,25 +26,16 @@ pytestmark = pytest.mark.sglang
 
 @pytest.fixture(scope="module", autouse=True)
 def peer_built():
-    try:
-        sglang_peer.build()
-    except sglang_peer.PeerUnavailable as e:
-        pytest.skip(f"SGLang peer unavailable: {e}")
+    build_peer_or_skip(sglang_peer.build)
 
 
 @st.composite
 def peer_configs(draw):
     depth = draw(st.sampled_from([2, 3, 5, 8, 12, 18, 20]))
-    lo = draw(st.integers(1, 8))
-    return dict(max_trie_depth=depth, min_bfs_breadth=lo,
-                max_bfs_breadth=lo + draw(st.integers(0, 30)),
-                draft_token_num=draw(st.sampled_from([1, 2, 5, 8, 12, 16, 32, 64])),
-                match_type=draw(st.sampled_from(["BFS", "PROB"])),
-                capacity=draw(st.one_of(st.integers(depth + 1, depth + 40),
-                                        st.integers(200, 20_000))))
+    return dict(max_trie_depth=depth, **peer_tree_options(draw, depth))
 
 
-VOCABS = [(0, 2), (-3, 6), (0, 50), (-(2**31), 2**31 - 1), (0, 151_935)]
+VOCABS = PEER_VOCABS
 
 
 @pytest.mark.parametrize("backend", ["numba", "reference"])
