@@ -109,3 +109,14 @@ def peer_tree_options(draw, depth: int) -> dict:
                 match_type=draw(st.sampled_from(["BFS", "PROB"])),
                 capacity=draw(st.one_of(st.integers(depth + 1, depth + 40),
                                         st.integers(200, 20_000))))
+
+
+def write_jsonl(path, items):
+    """``path`` (returned) holding one JSON value per line."""
+    path.write_text("".join(json.dumps(x) + "\n" for x in items))
+    return path
+
+
+def stream_records(rows) -> list[dict]:
+    """Recorded streams with their token fields and ids only."""
+    return [{k: r[k] for k in ("id", "prompt_ids", "output_ids")} for r in rows]

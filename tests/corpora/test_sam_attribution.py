@@ -17,6 +17,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
+from helpers import stream_records, write_jsonl
 from ngramspec.cli import main
 from ngramspec.corpora import read_corpus, tree_paths
 from ngramspec.simulate import _replay_stepwise, admit
@@ -201,11 +202,8 @@ def test_a_corpus_named_trie_is_refused(rows, backend):
 
 
 def test_cli_prints_where_accepted_tokens_came_from(rows, tmp_path):
-    streams = tmp_path / "s.jsonl"
-    streams.write_text("".join(json.dumps({k: r[k] for k in ("id", "prompt_ids", "output_ids")})
-                               + "\n" for r in rows[:3]))
-    corpus = tmp_path / "docs.jsonl"
-    corpus.write_text("".join(json.dumps(r["prompt_ids"]) + "\n" for r in rows[:3]))
+    streams = write_jsonl(tmp_path / "s.jsonl", stream_records(rows[:3]))
+    corpus = write_jsonl(tmp_path / "docs.jsonl", [r["prompt_ids"] for r in rows[:3]])
     out = io.StringIO()
     report = tmp_path / "r.json"
     assert main(["simulate", str(streams), "--external-sam-budget", "4", "--corpus",

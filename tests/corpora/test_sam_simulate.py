@@ -10,6 +10,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
+from helpers import stream_records, write_jsonl
 from ngramspec.cli import main
 from ngramspec.corpora import read_corpus, tree_paths
 from ngramspec.streams import embedded_streams_path
@@ -93,11 +94,8 @@ def test_read_corpus_and_its_errors(tmp_path):
 
 
 def test_cli_simulate_with_corpus(rows, tmp_path):
-    streams = tmp_path / "s.jsonl"
-    streams.write_text("".join(json.dumps({k: r[k] for k in ("id", "prompt_ids", "output_ids")})
-                               + "\n" for r in rows[:3]))
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(r["output_ids"]) + "\n" for r in rows[:3]))
+    streams = write_jsonl(tmp_path / "s.jsonl", stream_records(rows[:3]))
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [r["output_ids"] for r in rows[:3]])
     out = io.StringIO()
     report = tmp_path / "r.json"
     code = main(["simulate", str(streams), "--external-sam-budget", "4", "--corpus", str(corpus),

@@ -163,10 +163,7 @@ def _corrupt_sibling_tokens(t):
                                     _corrupt_free_count, _corrupt_size,
                                     _corrupt_sibling_tokens])
 def test_engine_integrity_detects_damage(damage):
-    cache = _engine_with_content()
-    damage(cache._backend.trie)
-    with pytest.raises(ns.IntegrityError):
-        cache.check_integrity()
+    _damaged_cache_is_refused(_engine_with_content(), damage)
 
 
 def test_engine_integrity_detects_bad_states():
@@ -218,7 +215,10 @@ def _ref_sibling_order(trie):
 @pytest.mark.parametrize("damage", [_ref_lru_swap, _ref_freq, _ref_lost_child, _ref_wrong_parent,
                                     _ref_sibling_order])
 def test_reference_integrity_detects_damage(damage):
-    cache = _reference_with_content()
+    _damaged_cache_is_refused(_reference_with_content(), damage)
+
+
+def _damaged_cache_is_refused(cache, damage):
     damage(cache._backend.trie)
     with pytest.raises(ns.IntegrityError):
         cache.check_integrity()
