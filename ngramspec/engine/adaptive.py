@@ -23,7 +23,7 @@ import numpy as np
 from .._jit import jit
 from .heap import heap_pop, heap_push
 from .tree import TREE_ROWS, _map_insert, _tree_reset, fill_result
-from .trie import _SCAN, Trie, _slot
+from .trie import _SCAN, Trie, child_of
 
 __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adaptive_saved",
            "choose_cap", "layout_prefix", "cond_estimate"]
@@ -105,7 +105,6 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
     (_, _, tree, order, t_prob, _, k_p, k_node, h_p, h_o, h_par, h_node, t_lvl, l_nodes) = sc
     t_tok, t_head, t_next = tree[0], tree[1], tree[2]
     tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
-    mask = ht.size - 1
     # Every context suffix up to the trie depth that is a trie path with children, longest
     # first (0.5.9's window rule with the window 1..depth), found as it is reached: the limit
     # of an anchor only falls with its length, so once one is reached, every shorter anchor
@@ -120,10 +119,8 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
         if known:
             node = l_nodes[d]
         else:
-            # The walk spells out the trie's child lookup (a helper with a loop, inlined
-            # here, would make Numba count references to its arrays at every token): below
-            # the root the first few children first (deep nodes have one or two), then the
-            # child table.
+            # The walk, as the insert looks children up: below the root the first few
+            # children first (deep nodes have one or two), then the child table.
             node = 0
             for k in range(ctx.size - d, ctx.size):
                 tk = ctx[k]
@@ -136,15 +133,7 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
                 if ch != -1 and tok[ch] == tk:
                     child = ch
                 elif node == 0 or ch != -1:
-                    j = _slot(node, tk, mask)
-                    while True:
-                        v = ht[j]
-                        if v == -1:
-                            break
-                        if tok[v] == tk and par[v] == node:
-                            child = v
-                            break
-                        j = (j + 1) & mask
+                    child = child_of(ht, par, tok, node, tk)
                 node = child
                 if node == -1:
                     break

@@ -157,9 +157,9 @@ def unpack(packed):
                 rec[:, 2], rec[:, 5], g_next, g_prev, ht, meta)
 
 
-# Children of a node looked through before the child table, where the insert and ADAPTIVE's
-# anchor walks spell the child lookup out (inlined helpers taking the arrays made Numba count
-# references to them at every node): insert_suffixes, adaptive._expand_source.
+# Children of a node looked through before the child table (:func:`child_of`) by the insert
+# and ADAPTIVE's anchor walks (insert_suffixes, adaptive._expand_source): most nodes have one
+# or two children, whose slots lie near their parent's; the table's slots are scattered.
 _SCAN = 4
 
 
@@ -326,7 +326,6 @@ def insert_suffixes(seq, first, start, skip, count_from, max_depth, capacity, mo
                                                    t.c_next, t.c_prev)
     g_next, g_prev, ht, meta = t.g_next, t.g_prev, t.ht, t.meta
     pc_node, pc_ver, pc_start, pc_len = pc
-    mask = ht.size - 1
     alloc = tok.size
     w = seq.size
     old_start = 0
@@ -335,10 +334,10 @@ def insert_suffixes(seq, first, start, skip, count_from, max_depth, capacity, mo
         old_start = pc_start[row]
         old_len = pc_len[row]
     known_end = old_len - skip  # the previous insert's suffixes are those before this
-    # The loop below spells out the child lookup, the table insert and the sibling moves
-    # instead of calling the trie's helpers: a helper with a loop, inlined here, makes Numba
-    # count references to its array arguments at every node (measured: half of the replay's
-    # time went to those atomic counts).
+    # The sibling moves are spelled out rather than calling the trie's helpers: a helper with
+    # a loop, inlined here, made Numba count references to its array arguments at every node
+    # (measured once: half of the replay's time).  The table's probe (child_of) and put
+    # (_ht_put) are shared: measured A/B, the replay and bulk insert kept their speed.
     for i in range(first, w - skip):
         length = min(w - i, max_depth)
         free_count = capacity - meta[M_SIZE]
@@ -368,15 +367,7 @@ def insert_suffixes(seq, first, start, skip, count_from, max_depth, capacity, mo
                 if ch != -1 and tok[ch] == tk:
                     child = ch
                 elif ch != -1:
-                    s = _slot(cur, tk, mask)
-                    while True:
-                        v = ht[s]
-                        if v == -1:
-                            break
-                        if tok[v] == tk and par[v] == cur:
-                            child = v
-                            break
-                        s = (s + 1) & mask
+                    child = child_of(ht, par, tok, cur, tk)
             if child == -1:
                 if meta[M_FREETOP] > 0:
                     meta[M_FREETOP] -= 1
@@ -390,10 +381,7 @@ def insert_suffixes(seq, first, start, skip, count_from, max_depth, capacity, mo
                 par[child] = cur
                 freq[child] = 1 if i + k >= count_from else 0
                 c_head[child] = -1
-                s = _slot(cur, tk, mask)  # into the child table
-                while ht[s] != -1:
-                    s = (s + 1) & mask
-                ht[s] = child
+                _ht_put(ht, cur, tk, child)
                 h = c_head[cur]  # the front of its siblings
                 c_next[child] = h
                 c_prev[child] = -1
