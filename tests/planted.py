@@ -15,7 +15,7 @@ import ngramspec as ns
 from ngramspec.reference import ReferenceBackend
 from ngramspec.reference.trie import Node, Trie
 from ngramspec.reference.tree import build_bfs, build_prob, fill_result
-from ngramspec.stdorder import StdPriorityQueue, UnorderedMapOrder
+from ngramspec.stdorder import UnorderedMapOrder
 
 
 class _PlantedBackend(ReferenceBackend):
@@ -85,27 +85,8 @@ class InsertWindowShort(_PlantedBackend):
 # 3. PROB ties broken the other way: equal frequencies ordered by token descending.
 
 def _build_prob_ties_flipped(anchors, budget, top_k):
-    tree = [UnorderedMapOrder() for _ in range(budget + 1)]
-    heap: StdPriorityQueue = StdPriorityQueue()
-
-    def add(parent, node, prob):
-        kids = sorted(node.children.values(), key=lambda k: (-k.freq, -k.token))[:top_k]
-        total = float(sum(k.freq for k in kids)) or 1.0
-        for k in kids:
-            heap.push(float(k.freq) / total * prob, (parent, k))
-
-    cursor = 1
-    for anchor, _ in anchors:
-        add(0, anchor, 1.0)
-        while heap and cursor <= budget:
-            prob, (parent, node) = heap.pop()
-            pos = tree[parent].get(node.token)
-            if pos is None:
-                pos = cursor
-                cursor += 1
-                tree[parent][node.token] = pos
-            add(pos, node, prob)
-    return tree, cursor - 1
+    return build_prob(anchors, budget, top_k, rank=lambda node: sorted(
+        node.children.values(), key=lambda k: (-k.freq, -k.token)))
 
 
 class ProbTiesFlipped(_PlantedBackend):

@@ -8,7 +8,7 @@ which ``fill_result`` lays siblings out.
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -84,13 +84,16 @@ def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int,
     return tree, cursor - 1
 
 
-def build_prob(anchors: Sequence[tuple[Node, int]], budget: int, top_k: int) -> tuple[Tree, int]:
-    """Expand anchors best-first by path probability (products of top-k frequency shares)."""
+def build_prob(anchors: Sequence[tuple[Node, int]], budget: int, top_k: int, *,
+               rank: Callable[[Node], list[Node]] = Node.by_frequency) -> tuple[Tree, int]:
+    """Expand anchors best-first by path probability (products of top-k frequency shares).
+    ``rank``: a node's children, most frequent first (SGLang's order; a test may plant
+    another)."""
     tree: Tree = [UnorderedMapOrder() for _ in range(budget + 1)]
     heap: StdPriorityQueue[tuple[int, Node]] = StdPriorityQueue()
 
     def add(parent: int, node: Node, prob: float) -> None:
-        kids = node.by_frequency()[:top_k]
+        kids = rank(node)[:top_k]
         total = float(sum(k.freq for k in kids)) or 1.0
         for k in kids:
             heap.push(float(k.freq) / total * prob, (parent, k))
