@@ -147,25 +147,18 @@ def _layers(cache) -> list:
     return [_OldLayer(cache, i) for i in range(len(cache.key_cache))]  # pragma: no cover
 
 
+def _layer_tensor(name: str) -> property:
+    """Layer ``i``'s tensor in the old cache's per-kind list ``name``, read and written."""
+    return property(lambda self: getattr(self.cache, name)[self.i],
+                    lambda self, t: getattr(self.cache, name).__setitem__(self.i, t))
+
+
 class _OldLayer:  # pragma: no cover - DynamicCache before transformers 4.56
+    keys = _layer_tensor("key_cache")
+    values = _layer_tensor("value_cache")
+
     def __init__(self, cache, i: int) -> None:
         self.cache, self.i = cache, i
-
-    @property
-    def keys(self):
-        return self.cache.key_cache[self.i]
-
-    @keys.setter
-    def keys(self, t) -> None:
-        self.cache.key_cache[self.i] = t
-
-    @property
-    def values(self):
-        return self.cache.value_cache[self.i]
-
-    @values.setter
-    def values(self, t) -> None:
-        self.cache.value_cache[self.i] = t
 
 
 def cache_len(cache) -> int:
