@@ -85,7 +85,7 @@ def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int,
 
 
 def build_prob(anchors: Sequence[tuple[Node, int]], budget: int, top_k: int, *,
-               rank: Callable[[Node], list[Node]] = Node.by_frequency) -> tuple[Tree, int]:
+               rank: Callable[[Node], list[Node]] | None = None) -> tuple[Tree, int]:
     """Expand anchors best-first by path probability (products of top-k frequency shares).
     ``rank``: a node's children, most frequent first (SGLang's order; a test may plant
     another)."""
@@ -93,7 +93,8 @@ def build_prob(anchors: Sequence[tuple[Node, int]], budget: int, top_k: int, *,
     heap: StdPriorityQueue[tuple[int, Node]] = StdPriorityQueue()
 
     def add(parent: int, node: Node, prob: float) -> None:
-        kids = rank(node)[:top_k]
+        # The node's own ranking by default: trie nodes and automaton states both have one.
+        kids = (node.by_frequency() if rank is None else rank(node))[:top_k]
         total = float(sum(k.freq for k in kids)) or 1.0
         for k in kids:
             heap.push(float(k.freq) / total * prob, (parent, k))
