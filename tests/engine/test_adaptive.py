@@ -158,7 +158,7 @@ def test_options_are_off_by_default_and_checked():
     ns.NgramConfig.recommended(min_expected_accept=2.0, capacity=5_000),
 ], ids=["index_prompt", "exact_prob", "recommended", "local_windows", "draft_nothing"])
 def test_drafter_options_same_on_both_backends(cfg):
-    from test_drafter import replay_with_drafter
+    from helpers import replay_with_drafter
     rows = recorded_streams(4)
     steps = {be: replay_with_drafter(cfg, rows, 2, be, check=True) for be in BACKENDS}
     assert steps["numba"][0] == steps["reference"][0]

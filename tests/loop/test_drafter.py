@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import json
-from importlib.resources import files
 
 import numpy as np
 import pytest
@@ -14,20 +11,8 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 from ngramspec.errors import UnknownRequestError
-from helpers import brute_force_links, build, recorded_streams, scenarios
-
-
-def recorded_argmax(drafts: ns.DraftBatch, b: int, output: list[int], done: int) -> np.ndarray:
-    """The greedy target's argmax at every slot of row ``b``: the recorded next token where
-    the slot's path follows the recording, else -1 (a token no draft carries)."""
-    n = drafts.draft_token_num
-    pred = np.full(n, -1, dtype=np.int64)
-    for i in range(n):
-        path = [int(drafts.tokens[b, j]) for j in range(1, i + 1) if drafts.mask[b, i, j]]
-        end = done + len(path)
-        if end < len(output) and output[done:end] == path:
-            pred[i] = output[end]
-    return pred
+from helpers import (brute_force_links, build, recorded_argmax, recorded_streams,
+                     replay_with_drafter, scenarios)
 
 
 def replay_by_hand(cfg: ns.NgramConfig, rows: list[dict], concurrency: int):
@@ -61,48 +46,6 @@ def replay_by_hand(cfg: ns.NgramConfig, rows: list[dict], concurrency: int):
         done = [r for r in running if len(outs[r["id"]]) == len(r["output_ids"])]
         cache.erase([r["id"] for r in done])
         running = [r for r in running if r not in done]
-    return steps, drafts_log
-
-
-def replay_with_drafter(cfg: ns.NgramConfig, rows: list[dict], concurrency: int,
-                        backend: str = "numba", check: bool = False):
-    """The serving loop through ``Drafter``; ``check``: the tries' integrity as requests end."""
-    drafter = ns.Drafter(config=cfg, backend=backend)
-    queue, running, steps, drafts_log = list(rows), [], {}, []
-    by_id = {r["id"]: r for r in rows}
-    while queue or running:
-        while queue and len(running) < concurrency:
-            row = queue.pop(0)
-            steps[row["id"]] = []
-            if len(row["output_ids"]) > 1:
-                drafter.add_request(row["id"], row["prompt_ids"], row["output_ids"][0])
-                running.append(row["id"])
-        if not running:
-            continue
-        drafts = drafter.propose(running)
-        drafts_log.append(drafts.tokens.copy())
-        emitted = {}
-        for b, rid in enumerate(running):
-            out = by_id[rid]["output_ids"]
-            done = len(drafter.output(rid))
-            pred = recorded_argmax(drafts, b, out, done)[None]
-            one = ns.DraftBatch(drafts.tokens[b:b + 1].copy(), drafts.mask[b:b + 1].copy(),
-                                drafts.num_drafts[b:b + 1].copy())
-            emitted[rid] = ns.verify_greedy(one, pred).emitted[0][:len(out) - done]
-        drafter.accept(emitted)
-        for rid in list(running):
-            steps[rid].append(len(emitted[rid]))
-            if len(drafter.output(rid)) == len(by_id[rid]["output_ids"]):
-                assert_array_equal(drafter.output(rid), by_id[rid]["output_ids"])
-                assert drafter.steps(rid) == steps[rid]
-                own = drafter._local[drafter._slot[rid]]
-                if check and own is not None:
-                    own.check_integrity()
-                drafter.finish(rid)
-                running.remove(rid)
-    assert drafter.requests == [] and drafter.pending == []
-    if check:
-        drafter.cache.check_integrity()
     return steps, drafts_log
 
 
