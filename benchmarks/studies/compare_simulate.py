@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 import ngramspec as ns
+from ngramspec.simulate import admit
 from ngramspec.streams import embedded_streams_path
 
 from benchmarks.peers import sglang as peer
@@ -52,11 +53,7 @@ def sglang_loop(rows, cfg: ns.NgramConfig, concurrency: int):
     c_time = 0.0
     t0 = time.perf_counter()
     while queue < len(rows) or running:
-        while queue < len(rows) and len(running) < concurrency:
-            out[queue] = 1
-            if olen[queue] > 1:
-                running.append(queue)
-            queue += 1
+        queue = admit(queue, running, concurrency, olen, lambda r: None, out)
         if not running:
             continue
         lens = [plen[r] + out[r] for r in running]
