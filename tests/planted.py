@@ -150,24 +150,7 @@ class EvictsInnerNodes(_PlantedBackend):
 # 5. BFS breadth rounded instead of truncated (C++'s double -> int conversion truncates).
 
 def _build_bfs_rounded(anchors, budget, schedule):
-    from collections import deque
-    tree = [UnorderedMapOrder() for _ in range(budget + 1)]
-    cursor = 1
-    for anchor, d in anchors:
-        queue = deque([(0, schedule.start(d), anchor)])
-        while queue and cursor <= budget:
-            parent, breadth_f, node = queue.popleft()
-            breadth = max(1, round(breadth_f))  # the bug
-            for i, child in enumerate(node.lru):
-                if i >= breadth or cursor > budget:
-                    break
-                pos = tree[parent].get(child.token)
-                if pos is None:
-                    pos = cursor
-                    tree[parent][child.token] = cursor
-                    cursor += 1
-                queue.append((pos, breadth_f - schedule.scale, child))
-    return tree, cursor - 1
+    return build_bfs(anchors, budget, schedule, to_int=round)  # the bug: rounds
 
 
 class BfsBreadthRounded(_PlantedBackend):

@@ -37,23 +37,6 @@ def _load(root: Path):
     return module
 
 
-def _trace(rows, concurrency, depth=18, accept=3):
-    import numpy as np
-
-    queue, running, steps = list(rows), [], []
-    while queue or running:
-        while queue and len(running) < concurrency:
-            r = queue.pop(0)
-            running.append([r["id"], r["prompt_ids"] + r["output_ids"][:1], r["output_ids"][1:]])
-        steps.append(([np.asarray(s[-depth:], np.int32) for _, s, _ in running],
-                      [rid for rid, _, _ in running], [len(s) for _, s, _ in running]))
-        for it in running:
-            it[1] += it[2][:accept]
-            it[2] = it[2][accept:]
-        running = [it for it in running if it[2]]
-    return steps
-
-
 def _best(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -66,6 +49,7 @@ def _best(fn, repeats: int) -> float:
 def measure(ns) -> dict[str, float]:
     import numpy as np
 
+    from benchmarks.common import trace as _trace  # imports ngramspec: the one loaded
     from ngramspec.streams import embedded_streams_path
 
     rows = ns.read_streams(embedded_streams_path())

@@ -57,11 +57,13 @@ class BreadthSchedule(NamedTuple):
 
 
 def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int,
-              schedule: BreadthSchedule) -> tuple[Tree, int]:
+              schedule: BreadthSchedule, *,
+              to_int: Callable[[float], int] = int) -> tuple[Tree, int]:
     """Expand every anchor breadth-first by recency into one shared tree of ``budget`` nodes.
 
     ``anchors`` are ``(node, length)`` pairs, longest first.  Returns the tree and the number
-    of drafted nodes.
+    of drafted nodes.  ``to_int``: how a level's breadth (a double) becomes a count (C++'s
+    conversion truncates; a test may plant another).
     """
     scale = schedule.scale
     tree: Tree = [UnorderedMapOrder() for _ in range(budget + 1)]
@@ -70,7 +72,7 @@ def build_bfs(anchors: Sequence[tuple[Node, int]], budget: int,
         queue = deque([(0, schedule.start(d), anchor)])
         while queue and cursor <= budget:
             parent, breadth_f, node = queue.popleft()
-            breadth = max(1, int(breadth_f))  # C++ double -> int truncates toward zero
+            breadth = max(1, to_int(breadth_f))  # C++ double -> int truncates toward zero
             for i, child in enumerate(node.lru):
                 if i >= breadth or cursor > budget:
                     break
