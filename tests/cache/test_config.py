@@ -11,12 +11,18 @@ def test_defaults_are_sglang_server_defaults():
     assert ns.NgramCache().config == cfg
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(max_trie_depth=1), "max_trie_depth must be > 1"),
+# The tree options' checks, the same in both profiles.
+TREE_OPTION_ERRORS = [
     (dict(min_bfs_breadth=0), "min_bfs_breadth must be > 0"),
     (dict(min_bfs_breadth=5, max_bfs_breadth=4), "must be <= max_bfs_breadth"),
     (dict(draft_token_num=0), "draft_token_num must be > 0"),
     (dict(match_type="DFS"), "match_type must be one of"),
+]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_trie_depth=1), "max_trie_depth must be > 1"),
+    *TREE_OPTION_ERRORS,
     (dict(capacity=18), "capacity must be greater than max_trie_depth"),
     (dict(capacity=5, max_trie_depth=6), "capacity must be greater"),
     (dict(capacity=1), "capacity must be greater"),
@@ -138,10 +144,7 @@ def test_legacy_draft_token_num_follows_max_window_as_the_server_did():
      "min_match_window_size \\(5\\) must be <= max_match_window_size \\(4\\)"),
     (dict(max_match_window_size=18), "max_match_window_size \\(18\\) must be < branch_length"),
     (dict(branch_length=12), "max_match_window_size \\(12\\) must be < branch_length \\(12\\)"),
-    (dict(min_bfs_breadth=0), "min_bfs_breadth must be > 0"),
-    (dict(min_bfs_breadth=5, max_bfs_breadth=4), "must be <= max_bfs_breadth"),
-    (dict(draft_token_num=0), "draft_token_num must be > 0"),
-    (dict(match_type="DFS"), "match_type must be one of"),
+    *TREE_OPTION_ERRORS,
     (dict(capacity=18), "capacity must be greater than branch_length \\(18\\)"),
     (dict(branch_length=6, max_match_window_size=5, capacity=6), "capacity must be greater"),
     (dict(capacity=2**40), "fit in int32"),
