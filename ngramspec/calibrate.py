@@ -140,7 +140,6 @@ def calibrate(model: Any, **options: Any) -> CostTable:
 def _full_grid(ok: dict, batch: list[int], tokens: list[int]) -> tuple[list, list, list]:
     """The batches and tokens kept (a full grid of measured points) and the points."""
     bad_b = sorted({b for b in batch for n in tokens if (b, n) not in ok})
-    bad_n = sorted({n for b in batch for n in tokens if (b, n) not in ok})
     keep_b = [b for b in batch if b not in bad_b]
     # Dropping the failed tokens columns instead keeps more points when few columns failed
     # (never the plain decode column, which every table needs).

@@ -14,8 +14,7 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 import ngramspec.persist as persist
-from helpers import STATE_ARRAYS, assert_same_content
-from helpers import canonical as _canonical
+from helpers import assert_same_content
 
 BACKENDS = ["numba", "reference"]
 

@@ -9,7 +9,6 @@ import zipfile
 
 import numpy as np
 import pytest
-from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 from ngramspec import persist

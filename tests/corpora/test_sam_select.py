@@ -3,7 +3,6 @@ corpus and the bytes per corpus."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from numpy.testing import assert_array_equal

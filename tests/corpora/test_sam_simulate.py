@@ -62,7 +62,7 @@ def _argmax(d, out, done):
     """The recorded greedy output as the target's argmax at every slot of the tree."""
     n = d.tokens.shape[1]
     pred = np.zeros((1, n), np.int64)
-    tokens, mask = d.tokens[0], d.mask[0]
+    mask = d.mask[0]
     for i in range(n):
         depth = int(mask[i].sum()) - 1
         pos = done + depth
