@@ -46,7 +46,7 @@ def _best(fn, repeats: int) -> float:
     return min(times)
 
 
-def measure(ns) -> dict[str, float]:
+def measure(ns, only: str = "") -> dict[str, float]:
     import numpy as np
 
     from benchmarks.common import trace as _trace  # imports ngramspec: the one loaded
@@ -56,6 +56,8 @@ def measure(ns) -> dict[str, float]:
     out: dict[str, float] = {}
     for mt in ("BFS", "PROB"):
         for batch in (1, 48):
+            if only not in f"match {mt} b{batch}":
+                continue
             cache = ns.NgramCache(**D, match_type=mt, capacity=1_000_000).warmup()
             steps = _trace(rows[:40], batch)
             half = len(steps) // 2
@@ -73,6 +75,8 @@ def measure(ns) -> dict[str, float]:
             one_pass()
             out[f"match {mt} b{batch} (us/call)"] = _best(one_pass, 15) / len(second) * 1e6
     for batch in (1, 64):
+        if only not in f"insert b{batch}":
+            continue
         cache = ns.NgramCache(**D, capacity=1_000_000).warmup()
         steps = _trace(rows[:40], batch)
         for ctxs, _, _ in steps:
@@ -86,24 +90,30 @@ def measure(ns) -> dict[str, float]:
         insert()
         out[f"insert b{batch} (us/call)"] = _best(insert, 11) / 200 * 1e6
     toks = [t for r in rows for t in r["prompt_ids"] + r["output_ids"]]
-    seq = np.asarray((toks * (-(-20000 // len(toks))))[:20000], np.int32)
-    ns.NgramCache(capacity=100).warmup()
-    out["bulk insert 20k (ms)"] = _best(
-        lambda: ns.NgramCache(**D, capacity=1_000_000).insert([seq]), 9) * 1e3
+    if only not in "bulk insert 20k":
+        toks = []
+    if toks:
+        seq = np.asarray((toks * (-(-20000 // len(toks))))[:20000], np.int32)
+        ns.NgramCache(capacity=100).warmup()
+        out["bulk insert 20k (ms)"] = _best(
+            lambda: ns.NgramCache(**D, capacity=1_000_000).insert([seq]), 9) * 1e3
     configs = {"BFS": ns.NgramConfig(), "PROB": ns.NgramConfig(match_type="PROB"),
                "recommended": ns.NgramConfig.recommended(),
                "0.5.9": ns.NgramConfig(profile="sglang-0.5.9"),
                "BFS capacity 2000": ns.NgramConfig(capacity=2000)}
     for name, cfg in configs.items():
         for conc in (1, 8):
+            if only not in f"replay {name} c{conc}":
+                continue
             ns.simulate(rows[:2], config=cfg)
             out[f"replay {name} c{conc} (ms)"] = _best(
                 lambda: ns.simulate(rows, config=cfg, concurrency=conc), 5) * 1e3
     return out
 
 
-def _child(root: Path) -> dict[str, float]:
-    cmd = [sys.executable, "-m", "benchmarks.studies.engine_speed", "--root", str(root), "--json"]
+def _child(root: Path, only: str) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "benchmarks.studies.engine_speed", "--root", str(root), "--json",
+           "--only", only]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -114,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", type=Path, help="another checkout: an A/B in alternation")
     ap.add_argument("--rounds", type=int, default=3, help="alternations (default 3)")
     ap.add_argument("--json", action="store_true", help="print one JSON line (for --against)")
+    ap.add_argument("--only", default="", metavar="TEXT",
+                    help="only the figures whose name contains TEXT (e.g. 'replay PROB')")
     args = ap.parse_args(argv)
     if args.against is None:
         ns = _load(args.root.resolve())
-        result = measure(ns)
+        result = measure(ns, args.only)
         if args.json:
             print(json.dumps(result))
         else:
@@ -127,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     new, old = [], []
     for i in range(args.rounds):
         for root, runs in ((args.root, new), (args.against, old))[:: 1 if i % 2 == 0 else -1]:
-            runs.append(_child(root.resolve()))
+            runs.append(_child(root.resolve(), args.only))
         print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
     print(f"{'figure':34s} {'old':>10s} {'new':>10s} {'new/old':>8s}   (medians of "
           f"{args.rounds}; {args.root} against {args.against})")

@@ -86,7 +86,7 @@ def _prob_add(par, s, prob, top_k, st, kd, sb, eb, h_p, h_o, h_par, h_kid, size)
         total += float(kd[lo + j, 2])
     for j in range(take):
         if size < h_p.size:
-            heap_push(h_p, h_o, h_par, h_kid, size, float(kd[lo + j, 2]) / total * prob, 0, par,
+            heap_push(h_p, None, h_par, h_kid, size, float(kd[lo + j, 2]) / total * prob, 0, par,
                       lo + j)
             size += 1
     return size
@@ -103,7 +103,7 @@ def _prob(a_state, count, budget, top_k, st, kd, sb, eb, tree, order, h_p, h_o, 
         size = _prob_add(0, a_state[a], 1.0, top_k, st, kd, sb, eb, h_p, h_o, h_par, h_kid,
                          size)
         while size > 0 and cursor <= budget:
-            heap_pop(h_p, h_o, h_par, h_kid, size)
+            heap_pop(h_p, None, h_par, h_kid, size)
             size -= 1
             p, par, e = h_p[size], h_par[size], h_kid[size]
             t = kd[e, 0]

@@ -7,8 +7,10 @@ is :class:`ngramspec.stdorder.StdPriorityQueue`).  ADAPTIVE (:mod:`ngramspec.eng
 breaks ties by push order, a key of its own: any correct heap pops its candidates in one order.
 
 An entry is ``(p, o, par, node)`` in four parallel arrays: the priority ``p`` (float64), the
-tie key ``o`` (larger pops later among equal ``p``; trees push 0, so only ``p`` decides, as in
-SGLang), and two payload ints (the tree parent and the node the entry expands).
+tie key ``o`` (larger pops later among equal ``p``), and two payload ints (the tree parent and
+the node the entry expands).  SGLang's trees have no tie key: they pass ``h_o=None``, and
+Numba compiles that variant without the key (the ``h_o is None`` branches are pruned), so the
+PROB heap moves no more than libstdc++'s.
 """
 
 from __future__ import annotations
@@ -24,11 +26,18 @@ def heap_push(h_p, h_o, h_par, h_node, hole, p, o, par, node):
     heap's size for a push), moved up past every parent that sorts below it."""
     while hole > 0:
         up = (hole - 1) // 2
-        if not (h_p[up] < p or (h_p[up] == p and h_o[up] > o)):
+        if h_o is None:
+            if not h_p[up] < p:
+                break
+        elif not (h_p[up] < p or (h_p[up] == p and h_o[up] > o)):
             break
-        h_p[hole], h_o[hole], h_par[hole], h_node[hole] = h_p[up], h_o[up], h_par[up], h_node[up]
+        h_p[hole], h_par[hole], h_node[hole] = h_p[up], h_par[up], h_node[up]
+        if h_o is not None:
+            h_o[hole] = h_o[up]
         hole = up
-    h_p[hole], h_o[hole], h_par[hole], h_node[hole] = p, o, par, node
+    h_p[hole], h_par[hole], h_node[hole] = p, par, node
+    if h_o is not None:
+        h_o[hole] = o
 
 
 @jit
@@ -36,8 +45,12 @@ def heap_pop(h_p, h_o, h_par, h_node, size):
     """libstdc++ ``pop_heap`` on ``[0, size)``: the top ends at index ``size - 1`` (the caller
     reads it there, or at 0 before the call)."""
     last = size - 1
-    vp, vo, vpar, vnode = h_p[last], h_o[last], h_par[last], h_node[last]
-    h_p[last], h_o[last], h_par[last], h_node[last] = h_p[0], h_o[0], h_par[0], h_node[0]
+    vp, vpar, vnode = h_p[last], h_par[last], h_node[last]
+    h_p[last], h_par[last], h_node[last] = h_p[0], h_par[0], h_node[0]
+    vo = 0
+    if h_o is not None:
+        vo = h_o[last]
+        h_o[last] = h_o[0]
     length = last
     hole = 0
     child = 0
@@ -45,15 +58,23 @@ def heap_pop(h_p, h_o, h_par, h_node, size):
     # entry goes back up from there.
     while child < (length - 1) // 2:
         child = 2 * (child + 1)
-        if h_p[child] < h_p[child - 1] or (h_p[child] == h_p[child - 1]
-                                           and h_o[child] > h_o[child - 1]):
+        if h_o is None:
+            if h_p[child] < h_p[child - 1]:
+                child -= 1
+        elif h_p[child] < h_p[child - 1] or (h_p[child] == h_p[child - 1]
+                                             and h_o[child] > h_o[child - 1]):
             child -= 1
-        h_p[hole], h_o[hole] = h_p[child], h_o[child]
-        h_par[hole], h_node[hole] = h_par[child], h_node[child]
+        _move(h_p, h_o, h_par, h_node, hole, child)
         hole = child
     if length % 2 == 0 and child == (length - 2) // 2:
         child = 2 * (child + 1) - 1
-        h_p[hole], h_o[hole] = h_p[child], h_o[child]
-        h_par[hole], h_node[hole] = h_par[child], h_node[child]
+        _move(h_p, h_o, h_par, h_node, hole, child)
         hole = child
     heap_push(h_p, h_o, h_par, h_node, hole, vp, vo, vpar, vnode)
+
+
+@jit
+def _move(h_p, h_o, h_par, h_node, to, frm):
+    h_p[to], h_par[to], h_node[to] = h_p[frm], h_par[frm], h_node[frm]
+    if h_o is not None:
+        h_o[to] = h_o[frm]

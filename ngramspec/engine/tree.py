@@ -253,7 +253,7 @@ def _prob_add(par, node, prob, top_k, tok, freq, c_head, c_next, k_node, h_p, h_
     for j in range(take):
         if size < h_p.size:
             p = float(freq[k_node[j]]) / total * prob
-            heap_push(h_p, h_o, h_par, h_node, size, p, 0, par, k_node[j])
+            heap_push(h_p, None, h_par, h_node, size, p, 0, par, k_node[j])
             size += 1
     return size
 
@@ -277,7 +277,7 @@ def build_prob(n_anchors, budget, top_k, t, sc, bucket_counts):
         size = _prob_add(0, anchor_nodes[a], 1.0, top_k, tok, freq, c_head, c_next, k_node,
                          h_p, h_o, h_par, h_node, size)
         while size > 0 and cursor <= budget:
-            heap_pop(h_p, h_o, h_par, h_node, size)
+            heap_pop(h_p, None, h_par, h_node, size)
             size -= 1
             p, par, node = h_p[size], h_par[size], h_node[size]
             pos = _map_get(par, tok[node], tree)
