@@ -309,3 +309,44 @@ def test_hypothesis_only_imported_with_the_toolkit():
             "assert 'hypothesis' not in sys.modules; import ngramspec.testing; "
             "assert 'hypothesis' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- the failure report: two trees, their own headers, a first difference that exists ------
+
+def _batch(tokens, mask, num=None):
+    from types import SimpleNamespace
+
+    fields = dict(tokens=np.array([tokens], np.int32), mask=np.array([mask], bool))
+    if num is not None:
+        fields["num_drafts"] = np.array([num], np.int32)
+    return SimpleNamespace(**fields)
+
+
+def _report(actual, expected) -> str:
+    with pytest.raises(DraftsDiffer) as e:
+        assert_drafts_equal(actual, expected)
+    return str(e.value)
+
+
+def test_a_difference_in_num_drafts_alone_marks_a_slot_that_exists():
+    # Token 0 at slot 1: a real draft on one side, padding on the other; nothing else differs.
+    text = _report(_batch([5, 0], [[1, 0], [1, 1]], 1), _batch([5, 0], [[1, 0], [1, 1]], 0))
+    assert "first differing slot 2" not in text
+    assert "first differing slot 1" in text and "num_drafts 1 against 0" in text
+    assert "  <-- first difference" in text
+
+
+def test_the_two_headers_stand_apart_and_padding_is_drawn_as_padding():
+    text = _report(_batch([5, 0], [[1, 0], [1, 1]], 1), _batch([5, 0], [[1, 0], [1, 1]], 0))
+    header = text.splitlines()[1]
+    assert header.split("  ")[0] == "actual (num_drafts=1)"
+    width = header.index("expected (num_drafts=0)")
+    slot1 = next(line for line in text.splitlines() if "[1] 0" in line)
+    assert "(padding)" not in slot1[:width]  # a real draft of token 0
+    assert "(padding)" in slot1[width:]
+
+
+def test_no_none_in_the_headers_of_batches_without_num_drafts():
+    text = _report(_batch([5, 7], [[1, 0], [1, 1]], 1), _batch([5, 8], [[1, 0], [1, 1]]))
+    assert "None" not in text
+    assert text.splitlines()[1].rstrip().endswith("expected")

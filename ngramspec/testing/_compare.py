@@ -70,9 +70,12 @@ def draw_tree(tokens: np.ndarray, mask: np.ndarray, *, num_drafts: int | None = 
         (roots if p < 0 else children.setdefault(p, [])).append(i)
     lines: list[str] = []
 
+    real = n - 1 if num_drafts is None else int(num_drafts)
+
     def visit(i: int, depth: int) -> None:
+        pad = " (padding)" if i > real else ""
         arrow = "  <-- first difference" if i == mark else ""
-        lines.append(f"{'  ' * depth}[{i}] {int(tokens[i])}{arrow}")
+        lines.append(f"{'  ' * depth}[{i}] {int(tokens[i])}{pad}{arrow}")
         for c in children.get(i, []):
             visit(c, depth + 1)
 
@@ -116,16 +119,25 @@ def describe_difference(actual: Any, expected: Any, *, context: str | None = Non
             if not (np.array_equal(at[b], et[b]) and np.array_equal(am[b], em[b])
                     and (an is None or en is None or an[b] == en[b]))]
     b = rows[0]
-    slot = _first_slot(at[b], am[b], et[b], em[b])
     na = None if an is None else int(an[b])
     ne = None if en is None else int(en[b])
+    n = int(at.shape[1])
+    slot: int | None = _first_slot(at[b], am[b], et[b], em[b])
+    if slot is not None and slot >= n:
+        # Same tokens and mask, other num_drafts: the first slot one of them calls padding.
+        slot = min(na, ne) + 1 if na is not None and ne is not None else None
+        slot = slot if slot is not None and slot < n else None
+    where = f"; first differing slot {slot}" if slot is not None else ""
+    if "num_drafts" in fields:
+        where += f"; num_drafts {na} against {ne}"
     left = draw_tree(at[b], am[b], num_drafts=na, mark=slot, upto=slot)
     right = draw_tree(et[b], em[b], num_drafts=ne, mark=slot, upto=slot)
-    width = max(len(s) for s in left + [names[0]]) + 4
+    headers = [name if num is None else f"{name} (num_drafts={num})"
+               for name, num in zip(names, (na, ne))]
+    width = max(len(s) for s in left + headers[:1]) + 4
     out = [f"{head}: {', '.join(fields)} differ in request {b}"
-           + (f" (and {len(rows) - 1} more)" if len(rows) > 1 else "")
-           + f"; first differing slot {slot}",
-           f"{names[0] + f' (num_drafts={na})':<{width}}{names[1]} (num_drafts={ne})"]
+           + (f" (and {len(rows) - 1} more)" if len(rows) > 1 else "") + where,
+           f"{headers[0]:<{width}}{headers[1]}"]
     out += [f"{x:<{width}}{y}" for x, y in zip_longest(left, right, fillvalue="")]
     return "\n".join(out)
 
