@@ -238,6 +238,16 @@ def _execute(args: argparse.Namespace, plan: SweepPlan, jobs: int | None, conc: 
                     else:
                         done[f.record["key"]] = f.record
                     bar(f.done, f.total)
+    except KeyboardInterrupt:
+        bar.clear()
+        if results_file is not None:
+            hint = (f"the finished settings are in {args.out}; the same command with --resume "
+                    "continues from there")
+        else:
+            hint = ("nothing was kept; with --out FILE each setting is saved as it finishes, "
+                    "and --resume continues an interrupted sweep")
+        print(f"ngramspec: sweep interrupted: {hint}", file=sys.stderr)
+        raise
     finally:
         bar.close()
     return done, failed

@@ -286,3 +286,21 @@ def test_sweep_best_as(streams, tmp_path, capsys):
     code, _ = run(["sweep", str(path), "--preset", "recommended", "--best-as", "sglang"])
     err = capsys.readouterr().err
     assert code == 2 and "--best-as sglang: SGLang has no option for index_prompt=True" in err
+
+
+@pytest.mark.parametrize("with_out", [True, False])
+def test_an_interrupted_sweep_says_how_to_continue(monkeypatch, capsys, tmp_path, with_out):
+    import ngramspec.cli.sweep as sweep_cmd
+    from ngramspec.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+        yield  # a generator, as run_sweep is
+
+    monkeypatch.setattr(sweep_cmd, "run_sweep", interrupted)
+    out = ["--out", str(tmp_path / "r.jsonl")] if with_out else []
+    code = main(["sweep", "--limit", "2", "--draft-token-num", "4,8", "--no-progress", *out])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert "sweep interrupted" in err and "--resume" in err
+    assert ("r.jsonl" in err) == with_out
