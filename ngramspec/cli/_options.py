@@ -158,6 +158,13 @@ def add_torch_flags(p: argparse.ArgumentParser, *, threads: str) -> None:
 # --- what the flags turn into -------------------------------------------------------------
 
 
+def read_cost_table(args: argparse.Namespace) -> CostTable:
+    """``--cost-table`` read, its errors naming the command line's flags."""
+    table = CostTable.read(args.cost_table, extrapolate=args.extrapolate)
+    table.extrapolation_words = "--extrapolate"
+    return table
+
+
 def cost_model(args: argparse.Namespace) -> Cost | None:
     """The cost given on the command line: a table (--cost-table), a flat model (--decode-ms,
     --verify-ms) or a linear one (--step-ms, --token-ms); None without any."""
@@ -171,7 +178,7 @@ def cost_model(args: argparse.Namespace) -> Cost | None:
         if given:
             raise ValueError("give either --cost-table or a model (--decode-ms/--verify-ms, "
                              "--step-ms/--token-ms), not both")
-        return CostTable.read(args.cost_table, extrapolate=args.extrapolate)
+        return read_cost_table(args)
     if args.extrapolate:
         raise ValueError("--extrapolate applies to --cost-table only")
     if not given:

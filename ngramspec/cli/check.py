@@ -7,10 +7,10 @@ import json
 import os
 from typing import TextIO
 
-from ..costs import CostTable, parse_concurrency
+from ..costs import parse_concurrency
 from ..streams import read_streams
 from ._options import (add_config_flags, add_model, add_progress, add_torch_flags, base_options,
-                       check_out_dir, config_options, make_config, write_atomic)
+                       check_out_dir, config_options, make_config, read_cost_table, write_atomic)
 from ._report import ProgressBar, config_line, format_table
 
 HELP = "hold the predicted speed-up against the real model"
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if not os.path.isdir(args.model):
         raise ValueError(f"MODEL_DIR {args.model!r}: no such directory (a local transformers "
                          "model directory, with config.json and weights)")
-    table = CostTable.read(args.cost_table, extrapolate=args.extrapolate)
+    table = read_cost_table(args)
     rows = read_streams(args.streams)
     bar = ProgressBar("check", force=args.progress, delay=0.0)
     try:

@@ -104,6 +104,9 @@ class CostTable:
     32.6667
     """
 
+    #: How an error names the switch that allows extrapolation (the command line sets its flag).
+    extrapolation_words = "extrapolate=True"
+
     def __init__(self, points: Iterable[Any], *, extrapolate: bool = False,
                  source: str = "cost table") -> None:
         if not isinstance(extrapolate, bool):
@@ -280,7 +283,7 @@ class CostTable:
                 span = f"{axis[0]}..{axis[-1]}" if axis.size > 1 else f"{axis[0]} only"
                 raise CostTableError(
                     f"{self.source} has no point for {name}={v} (measured {name} {span}); "
-                    "measure it, or allow extrapolation (extrapolate=True, --extrapolate)")
+                    f"measure it, or allow extrapolation ({self.extrapolation_words})")
         if axis.size == 1:
             return np.zeros(x.shape, np.int64), np.zeros(x.shape)
         i = np.clip(np.searchsorted(axis, x, side="right") - 1, 0, axis.size - 2)

@@ -388,6 +388,17 @@ def test_cli_errors_are_one_line(tmp_path, capsys, argv, message):
     assert "Traceback" not in err
 
 
+def test_cli_errors_name_flags_not_python_keywords(tmp_path, capsys):
+    (tmp_path / "t.csv").write_text("batch,tokens,ms\n1,1,10\n1,12,20\n")
+    code, _ = run(["simulate", "--limit", "12", "--no-progress", "--cost-table",
+                   str(tmp_path / "t.csv"), "--concurrency", "8"])
+    err = capsys.readouterr().err
+    assert code == 2 and "allow extrapolation (--extrapolate)" in err
+    assert "extrapolate=True" not in err
+    with pytest.raises(CostTableError, match=r"allow extrapolation \(extrapolate=True\)"):
+        CostTable.parse("batch,tokens,ms\n1,1,10\n1,12,20\n").ms(8, 1)  # the API's own words
+
+
 def test_unexpected_errors_are_one_line_too(monkeypatch, capsys):
     import ngramspec.cli.simulate as cli
 
