@@ -182,7 +182,8 @@ class Drafter:
                              "there are the inserted windows known at propose time")
         self._early = bool(early_insert)
         # SGLang's stateful BFS/PROB match (the serving path); small arrays reused per step.
-        self._plain = cfg.stateful and cfg.mode.backend_call == "match"
+        self._adaptive = cfg.mode.backend_call == "match_adaptive"  # read on every propose
+        self._plain = cfg.stateful and not self._adaptive
         self._offsets1: dict[int, np.ndarray] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._one_slot: dict[int, np.ndarray] = {}
@@ -362,7 +363,7 @@ class Drafter:
         offsets = np.empty(b + 1, np.int64)
         lens = np.empty(b, np.int64)
         _steps().gather_tails(store.buf, store.size, slot_arr, length, flat, offsets, lens)
-        if cfg.mode.backend_call == "match_adaptive":
+        if self._adaptive:
             ctxs = [flat[offsets[i]:offsets[i + 1]] for i in range(b)]
             local = [self._local[s] for s in slots] if cfg.local_index else None
             drafts = self.cache.match(ctxs, local=local, costs=self._costs,

@@ -3,7 +3,7 @@
     python -m benchmarks.studies.engine_speed                     # this checkout
     python -m benchmarks.studies.engine_speed --against OLD_ROOT --rounds 3
 
-``--against`` times a second checkout of the repository (e.g. ``git worktree add /tmp/old
+``--against`` times a second checkout of the repository (e.g. ``git worktree add ../old
 a4e8a99``) in alternating processes, ``--rounds`` times each, and prints the medians of the
 two and their ratio (new / old) per figure.  Each figure is the minimum over its repeats of
 this thread's CPU time (the machine may be shared); SGLang's serving-loop windows (every
