@@ -515,11 +515,14 @@ class NgramConfig:
         options.update(overrides)
         return cls(**options)
 
-    def to_toml(self) -> str:
-        """This configuration as TOML text: one ``name = value`` line per set field.
+    def to_toml(self, *, preset: str | None = None) -> str:
+        """This configuration as TOML text: one ``name = value`` line per set field or, with
+        ``preset``, a ``preset = "NAME"`` line and only the fields that differ from that
+        preset (what :meth:`from_toml` and ``--config FILE`` layer over it).
 
         :meth:`from_toml` reads it back into an equal config; ``--config FILE`` on the
-        command line takes the same file.
+        command line takes the same file (alone, or after ``--preset`` naming the same
+        preset).
 
         Examples
         --------
@@ -528,11 +531,32 @@ class NgramConfig:
         draft_token_num = 8
         >>> NgramConfig.from_toml(text) == NgramConfig(match_type="PROB", draft_token_num=8)
         True
+        >>> cfg = NgramConfig.recommended(draft_token_num=8)
+        >>> print(cfg.to_toml(preset="recommended").splitlines()[1:])
+        ['preset = "recommended"', 'draft_token_num = 8']
+        >>> NgramConfig.from_toml(cfg.to_toml(preset="recommended")) == cfg
+        True
         """
+        items = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+        if preset is None:
+            return config_toml.render(
+                f"ngramspec NgramConfig (profile {self.profile}); read it with "
+                "NgramConfig.from_toml or ngramspec simulate --config FILE", items)
+        under = NgramConfig.preset(preset)
+        diff = [(k, v) for k, v in items if v is not None and v != getattr(under, k)]
+        try:
+            same = NgramConfig.preset(preset, **dict(diff)) == self
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            # A field the preset sets that this configuration leaves unset (another
+            # profile's): not expressible over that preset; over SGLang's defaults it is.
+            preset = "sglang"
+            diff = [(k, v) for k, v in items if v is not None and v != getattr(NgramConfig(), k)]
         return config_toml.render(
-            f"ngramspec NgramConfig (profile {self.profile}); read it with "
-            "NgramConfig.from_toml or ngramspec simulate --config FILE",
-            [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)])
+            f"ngramspec NgramConfig: preset {preset}, then the fields below; read it with "
+            f"--config FILE (alone, or with --preset {preset}) or NgramConfig.from_toml",
+            [("preset", preset)] + diff)
 
     @classmethod
     def from_toml(cls, source: "str | os.PathLike[str]") -> "NgramConfig":
@@ -542,7 +566,9 @@ class NgramConfig:
         ----------
         source : str or path
             TOML text (a ``str``), or a file (a :class:`pathlib.Path` or other path object).
-            Top-level keys are :class:`NgramConfig` fields; fields not given take their
+            Top-level keys are :class:`NgramConfig` fields, and ``preset`` (one of
+            :data:`PRESETS`), the preset the fields go over (as :meth:`to_toml` with
+            ``preset`` writes it); fields not given take the preset's values, or their
             defaults.  Python < 3.11 needs ``tomli`` (``pip install 'ngramspec[toml]'``).
 
         Raises
@@ -561,8 +587,9 @@ class NgramConfig:
         ValueError: TOML: unknown field 'max_bfs_breadht' (did you mean 'max_bfs_breadth'?); ...
         """
         options, where = toml_options(source)
+        preset = options.pop("preset", None)
         try:
-            return cls(**options)
+            return cls(**{**(cls.preset_options(preset) if preset else {}), **options})
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}: {e}") from None
 
@@ -611,8 +638,9 @@ class NgramConfig:
 
 def toml_options(source: "str | os.PathLike[str]") -> tuple[dict[str, Any], str]:
     """The options a TOML config gives (field name to value, types checked, unvalidated) and
-    the name of the source for messages: the file name, or ``"TOML"`` for text.
+    the name of the source for messages: the file name, or ``"TOML"`` for text.  A
+    ``preset = "NAME"`` line comes back as ``"preset"`` (one of :data:`PRESETS`).
 
     Raises ``ValueError`` naming the source and the field at fault.
     """
-    return config_toml.read_options(source, dataclasses.fields(NgramConfig))
+    return config_toml.read_options(source, dataclasses.fields(NgramConfig), presets=PRESETS)

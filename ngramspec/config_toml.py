@@ -1,5 +1,8 @@
 """The TOML form of a configuration: reading its options with their types checked, and writing
-one ``name = value`` line per set field.  The configuration itself is :mod:`ngramspec.config`."""
+one ``name = value`` line per set field.  The configuration itself is :mod:`ngramspec.config`.
+
+Besides the fields, a file may name the preset it was written against (``preset = "NAME"``):
+its fields then go over that preset's options (see :meth:`NgramConfig.from_toml`)."""
 
 from __future__ import annotations
 
@@ -36,11 +39,12 @@ def _kind(f: dataclasses.Field) -> type:
     return int
 
 
-def read_options(source: "str | os.PathLike[str]", fields: Iterable[dataclasses.Field]
-                 ) -> tuple[dict[str, Any], str]:
+def read_options(source: "str | os.PathLike[str]", fields: Iterable[dataclasses.Field],
+                 *, presets: Sequence[str] = ()) -> tuple[dict[str, Any], str]:
     """The options a TOML config gives (field name to value, types checked against
     ``fields``, unvalidated) and the name of the source for messages: the file name, or
-    ``"TOML"`` for text.
+    ``"TOML"`` for text.  With ``presets``, a ``preset`` key naming one of them is accepted
+    and returned under ``"preset"``.
 
     Raises ``ValueError`` naming the source and the field at fault.
     """
@@ -78,6 +82,14 @@ def read_options(source: "str | os.PathLike[str]", fields: Iterable[dataclasses.
     fields = {f.name: f for f in fields}
     options: dict[str, Any] = {}
     for key, value in data.items():
+        if key == "preset" and presets and key not in fields:
+            if not isinstance(value, str) or value not in presets:
+                shown = repr(value) if isinstance(value, str) else f"{type(value).__name__} " \
+                    f"{value!r}"
+                raise ValueError(f"{where}: preset must be one of {', '.join(presets)}, got "
+                                 f"{shown}")
+            options[key] = value
+            continue
         if key not in fields:
             close = difflib.get_close_matches(key, list(fields), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

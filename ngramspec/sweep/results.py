@@ -2,7 +2,8 @@
 
 :class:`ResultsFile` keeps one record per finished configuration (JSON Lines, or Parquet as a
 directory of one part file per record) so that an interrupted sweep resumes where it stopped;
-every record is written whole or not at all.  :data:`RESULT_FIELDS` is the record layout.
+every record is written whole or not at all; one sweep at a time writes it (a lock held from
+opening to :meth:`ResultsFile.close`).  :data:`RESULT_FIELDS` is the record layout.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ import hashlib
 import json
 import math
 import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from .executors import versions
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: an exclusive lock file instead
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["ResultsFile", "ResultsFileError", "RESULT_FIELDS", "TIMING_FIELDS", "SCHEMA_VERSION",
            "fingerprint"]
@@ -48,12 +55,80 @@ class ResultsFileError(ValueError):
     """A results file that cannot be used for this sweep; the message says why."""
 
 
+class _WriterLock:
+    """One writer per results file: an exclusive lock on ``PATH.lock`` beside it.
+
+    POSIX: ``flock`` on that file (released by the system when the process ends, however it
+    ends); the file holds the writer's pid and is removed on release.  Elsewhere: the file
+    created exclusively (``O_CREAT | O_EXCL``) with the pid, removed on release; one left by
+    a killed sweep is named in the error, to be deleted by hand.
+    """
+
+    def __init__(self, path: Path, shown: str) -> None:
+        self.path = path.with_name(path.name + ".lock")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd: int | None = None
+        if fcntl is not None:
+            self._flock(shown)
+        else:
+            self._exclusive(shown)
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+
+    def _busy(self, shown: str, holder: str, stale_hint: bool) -> ResultsFileError:
+        pid = f" (pid {holder})" if holder else ""
+        hint = (f"; if no sweep is running, delete {self.path}" if stale_hint else "")
+        return ResultsFileError(f"--out {shown}: another sweep is writing this results file"
+                                f"{pid}; wait for it to finish, or give another --out{hint}")
+
+    def _holder(self) -> str:
+        try:
+            return self.path.read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            return ""
+
+    def _flock(self, shown: str) -> None:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise self._busy(shown, self._holder(), False) from None
+            # The previous writer removes the file as it lets go: lock the file that is there.
+            try:
+                st, now = os.fstat(fd), os.stat(self.path)
+                same = (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                self.fd = fd
+                return
+            os.close(fd)
+
+    def _exclusive(self, shown: str) -> None:
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise self._busy(shown, self._holder(), True) from None
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        try:
+            self.path.unlink()  # while still held: the next writer locks a fresh file
+        except OSError:
+            pass
+        os.close(fd)
+
+
 def _to_json_value(x: Any) -> Any:
     # NaN is not JSON: stored as null, read back as NaN for float fields.
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
-class ResultsFile:
+class ResultsFile(AbstractContextManager):
     """Finished sweep configurations, one record each, appended as they finish.
 
     ``PATH.jsonl``: one JSON object per line, each line written with one ``write`` and
@@ -73,6 +148,11 @@ class ResultsFile:
     resume : bool
         Continue an existing file; without it, an existing non-empty file is an error.
 
+    One writer at a time: opening it takes a lock (on ``PATH.lock`` beside it) held until
+    :meth:`close` (or the end of a ``with`` block, or of the process); opening a file that
+    another :class:`ResultsFile`, in this process or another, holds is a
+    :class:`ResultsFileError`.
+
     Examples
     --------
     >>> import tempfile, os
@@ -81,7 +161,13 @@ class ResultsFile:
     >>> rec = {k: None for k in RESULT_FIELDS}
     >>> rec.update(key="a", sweep="s1", schema_version=SCHEMA_VERSION, **versions())
     >>> f.append(rec)
-    >>> ResultsFile(p, sweep="s1", resume=True).keys()
+    >>> ResultsFile(p, sweep="s1", resume=True)
+    Traceback (most recent call last):
+    ...
+    ngramspec.sweep.results.ResultsFileError: --out ...r.jsonl: another sweep is writing this ...
+    >>> f.close()
+    >>> with ResultsFile(p, sweep="s1", resume=True) as g:
+    ...     g.keys()
     {'a'}
     >>> ResultsFile(p, sweep="s1", resume=False)
     Traceback (most recent call last):
@@ -105,12 +191,30 @@ class ResultsFile:
                 raise ResultsFileError(f"--out {name}: Parquet results need pyarrow; install "
                                        "it with pip install 'ngramspec[parquet]', or use "
                                        ".jsonl") from None
-        self._records = self._read(repair=resume)
-        if self._records and not resume:
-            raise ResultsFileError(f"{self.path} already holds {len(self._records)} results; "
-                                   "pass --resume to continue it, or another --out")
-        for i, rec in enumerate(self._records):
-            self._check(rec, i)
+        self._lock = _WriterLock(self.path, str(path))
+        try:
+            self._records = self._read(repair=resume)
+            if self._records and not resume:
+                raise ResultsFileError(f"{self.path} already holds {len(self._records)} "
+                                       "results; pass --resume to continue it, or another "
+                                       "--out")
+            for i, rec in enumerate(self._records):
+                self._check(rec, i)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def close(self) -> None:
+        """Let go of the file (another sweep may then write it); records stay readable."""
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
     # reading
     def _read(self, *, repair: bool) -> list[dict]:
@@ -215,6 +319,9 @@ class ResultsFile:
 
     def append(self, record: dict) -> None:
         """Add one finished configuration, durably and whole."""
+        if self._lock.fd is None:
+            raise ValueError(f"{self.path}: closed; open it again (with resume=True) to add "
+                             "records")
         missing = set(RESULT_FIELDS) ^ set(record)
         if missing:
             raise ValueError(f"a results record has exactly the fields RESULT_FIELDS; "
