@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from dataclasses import dataclass
 from types import ModuleType
@@ -107,15 +108,26 @@ COMMANDS: tuple[Command, ...] = (
 _USAGE_ORDER = ("simulate", "sweep", "calibrate", "check", "streams")
 
 
+def plain(text: str) -> str:
+    """Docstring markup (``literal``, :role:`target`) as the plain text a terminal shows.
+
+    Examples
+    --------
+    >>> plain("``ngramspec sweep``: see :func:`ngramspec.simulate`")
+    'ngramspec sweep: see ngramspec.simulate'
+    """
+    return re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", text).replace("``", "")
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="ngramspec", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="ngramspec", description=plain(__doc__.splitlines()[0]))
     names = [c.name for c in COMMANDS]
     usage = [n for n in _USAGE_ORDER if n in names] + [n for n in names
                                                        if n not in _USAGE_ORDER]
     sub = ap.add_subparsers(dest="command", required=True, metavar="{" + ",".join(usage) + "}")
     for cmd in COMMANDS:
-        kwargs = {} if cmd.description is None else {"description": cmd.description}
-        cmd.add_arguments(sub.add_parser(cmd.name, help=cmd.help, add_help=not cmd.raw,
+        kwargs = {} if cmd.description is None else {"description": plain(cmd.description)}
+        cmd.add_arguments(sub.add_parser(cmd.name, help=plain(cmd.help), add_help=not cmd.raw,
                                          **kwargs))
     return ap
 

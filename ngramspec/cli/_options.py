@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..config import MATCH_TYPES, PRESETS, PROFILES, NgramConfig, toml_options
 from ..costs import CostModel, CostTable, parse_concurrency
@@ -86,7 +89,9 @@ def add_config_flags(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
                          "server defaults)")
     pc.add_argument("--config", metavar="FILE.toml",
                     help="NgramConfig fields from a TOML file (e.g. written by sweep "
-                         "--best-as toml); over the preset, under the flags")
+                         "--best-as toml or --best-out); over the preset, under the flags; "
+                         "a file whose line preset = NAME names its preset starts from that "
+                         "preset")
     g = p.add_argument_group("drafter settings (NgramConfig; SGLang's server defaults)"
                              + ("; comma lists make the grid" if grid else ""))
     for f in config_fields():
@@ -229,16 +234,45 @@ def config_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def base_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The options of --preset, then those of --config over them (flags go on top)."""
-    options: dict[str, Any] = {}
-    if args.preset is not None:
-        if args.preset not in PRESETS:
-            raise ValueError(f"--preset: unknown preset {args.preset!r}; presets: "
-                             f"{', '.join(PRESETS)}")
-        options.update(NgramConfig.preset_options(args.preset))
+    """The options of --preset, then those of --config over them (flags go on top).
+
+    A --config file that names its preset (``preset = "NAME"``, as ``sweep --best-as toml``
+    writes it) brings that preset along; another --preset beside it is an error.  A file
+    without one that changes what --preset sets gets a warning line on stderr."""
+    if args.preset is not None and args.preset not in PRESETS:
+        raise ValueError(f"--preset: unknown preset {args.preset!r}; presets: "
+                         f"{', '.join(PRESETS)}")
+    file: dict[str, Any] = {}
     if args.config is not None:
-        options.update(toml_options(Path(args.config))[0])
+        file = toml_options(Path(args.config))[0]
+    named = file.pop("preset", None)
+    if named is not None and args.preset is not None and named != args.preset:
+        raise ValueError(f"--config {args.config} is written over preset {named} "
+                         f"(its line preset = \"{named}\"), not over --preset {args.preset}: "
+                         f"give --preset {named}, or leave --preset out")
+    preset = args.preset if args.preset is not None else named
+    options = NgramConfig.preset_options(preset) if preset is not None else {}
+    if named is None and options:
+        changed = [f"{k} {options[k]!r} -> {v!r}" for k, v in file.items()
+                   if k in options and v != options[k]]
+        if changed:
+            print(f"ngramspec: warning: --config {args.config} overrides what --preset "
+                  f"{preset} sets: {', '.join(changed)} (the file's values apply)",
+                  file=sys.stderr)
+    options.update(file)
     return options
+
+
+def preset_of(args: argparse.Namespace) -> str:
+    """The preset the settings start from: --preset, the one a --config file names, or
+    sglang (SGLang's server defaults)."""
+    if args.preset is not None:
+        return args.preset
+    if args.config is not None:
+        named = toml_options(Path(args.config))[0].get("preset")
+        if named is not None:
+            return named
+    return "sglang"
 
 
 def _layers(args: argparse.Namespace) -> str:
@@ -276,6 +310,48 @@ def check_out_dir(flag_: str, path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ValueError(f"{flag_} {path}: no such directory {folder!r}")
+
+
+def check_out_file(flag_: str, path: str) -> None:
+    """Before any work: a file can be written at ``path`` (not a directory, its folder exists
+    and takes new files)."""
+    if os.path.isdir(path):
+        raise ValueError(f"{flag_} {path}: is a directory; give a file name")
+    check_out_dir(flag_, path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path)
+                                                   and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag_} {path}: cannot be written (permission denied)")
+
+
+def check_in_files(flag_: str, paths: list[str]) -> None:
+    """Before any work: every file given with ``flag_`` exists and can be read."""
+    for path in paths:
+        if not os.path.exists(path):
+            raise ValueError(f"{flag_} {path}: no such file")
+        if os.path.isdir(path):
+            raise ValueError(f"{flag_} {path}: is a directory, not a file")
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as e:
+            raise ValueError(f"{flag_} {path}: cannot be read ({e.strerror or e})") from None
+
+
+def check_cost_covers(cost: Cost | None, needs: list[tuple[int, int]]) -> None:
+    """Before any run: --cost-table covers every forward the runs can price, each need
+    ``(concurrency run, draft_token_num)`` asking for batch 1..concurrency and tokens
+    1..draft_token_num (the same error, naming the point, as a run would raise)."""
+    if not isinstance(cost, CostTable) or not needs:
+        return
+    batch = max(b for b, _ in needs)
+    tokens = max(n for _, n in needs)
+    try:
+        cost.ms_array(np.array([1, 1, batch, batch]), np.array([1, tokens, 1, tokens]))
+    except ValueError as e:
+        raise type(e)(f"{e}; the settings asked for need batch 1..{batch} (--concurrency, "
+                      f"clamped to the requests) and tokens 1..{tokens} (--draft-token-num)"
+                      ) from None
 
 
 def write_atomic(path: str, text: str) -> None:

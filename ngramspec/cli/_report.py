@@ -11,7 +11,7 @@ from .. import config as config_module
 from ..config import NgramConfig
 from ..costs import ServingPrediction, verdict
 from ..simulate import SimulationResult
-from ._options import config_fields
+from ._options import check_out_file, config_fields
 
 class ProgressBar:
     """A one-line progress bar on a stream (stderr), shown only for runs longer than
@@ -209,6 +209,12 @@ def pyplot():
     except ImportError:
         raise ValueError("--plot needs matplotlib: pip install 'ngramspec[plot]'") from None
     return plt
+
+
+def check_plot(path: str) -> None:
+    """Before any work: --plot can be drawn (matplotlib installed) and written."""
+    pyplot()
+    check_out_file("--plot", path)
 
 
 def plot_sweep(rows: list[dict], path: str, with_cost: bool, cost_label: str = "") -> None:

@@ -13,12 +13,12 @@ from ..costs import CostTable, ServingPrediction, parse_concurrency, predict_ser
 from ..simulate import SimulationResult, pool_results, simulate, simulate_stream
 from ..streams import embedded_streams_path, iter_streams
 from ..sweep import EXECUTORS, make_executor, plan_shards, run_shard, shard_values
-from ._options import (add_common, base_options, check_executor_args, check_limit,
-                       config_options, cost_label, cost_model, default_jobs, levels, load,
-                       make_config)
+from ._options import (add_common, base_options, check_cost_covers, check_executor_args,
+                       check_in_files, check_limit, check_out_file, config_options,
+                       cost_label, cost_model, default_jobs, levels, load, make_config)
 from ..sweep.jobs import auto_costs
-from ._report import (ProgressBar, config_line, format_predictions, format_report, pct,
-                      plot_concurrency, format_table)
+from ._report import (ProgressBar, check_plot, config_line, format_predictions, format_report,
+                      pct, plot_concurrency, format_table)
 
 HELP = "replay SGLang's serving loop on recorded streams"
 DESCRIPTION = ("Replay SGLang's NGRAM serving loop on recorded streams, report tokens per "
@@ -56,6 +56,12 @@ def add_arguments(sim: argparse.ArgumentParser) -> None:
                      help="a running Ray cluster's head (--executor ray)")
 
 
+#: The last line of a report printed without a cost: how to get the pay-off answer.
+NEXT_STEP = ("next: measure forward times (ngramspec calibrate MODEL_DIR --out costs.csv) and "
+             "rerun with --cost-table costs.csv --concurrency 1,4,16 for the predicted "
+             "speed-up and a verdict (or price steps with --decode-ms and --verify-ms)")
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     config = make_config(base_options(args), config_options(args), args)
     cost = cost_model(args)
@@ -68,8 +74,15 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.plot and cost is None:
         raise ValueError("--plot draws the predicted speed-up: give a cost (--cost-table, or "
                          "--decode-ms and --verify-ms)")
+    # Every input is checked before the replay starts.
+    check_in_files("--corpus", args.corpus)
+    if args.json is not None:
+        check_out_file("--json", args.json)
+    if args.plot:
+        check_plot(args.plot)
     rows, label = load(args)
     asked_run = levels(args, len(rows))
+    check_cost_covers(cost, [(max(c for _, c in asked_run), config.draft_token_num)])
     done: list[tuple[int, SimulationResult, ServingPrediction | None]] = []
     corpora = _corpora(args)
     for asked, c in asked_run:
@@ -105,6 +118,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         plot_concurrency({"": [(asked, p.speed_up) for asked, _, p in done]}, args.plot,
                          cost_label(cost, args))
         out.write(f"plot written to {args.plot}\n")
+    if cost is None:
+        out.write("\n" + NEXT_STEP + "\n")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -13,11 +14,11 @@ from ..config import NgramConfig
 from ..costs import CostModel, CostTable, ServingPrediction, parse_concurrency, verdict
 from ..sweep import (EXECUTORS, Job, ResultsFile, SweepPlan, expand_grid, make_executor,
                      pair_holdout, plan_sweep, rank, run_sweep)
-from ._options import (add_common, base_options, check_executor_args, config_fields,
-                       cost_label, cost_model, default_jobs, kind_of, load, make_config,
-                       parse_list)
-from ._report import (ProgressBar, options_label, pct, plot_concurrency, plot_sweep,
-                      sglang_flags, format_table)
+from ._options import (add_common, base_options, check_cost_covers, check_executor_args,
+                       check_out_file, config_fields, cost_label, cost_model, default_jobs,
+                       kind_of, load, make_config, parse_list, preset_of, write_atomic)
+from ._report import (ProgressBar, check_plot, options_label, pct, plot_concurrency,
+                      plot_sweep, sglang_flags, format_table)
 
 HELP = "rank a grid of settings"
 DESCRIPTION = ("Simulate a grid of settings (comma lists) in parallel and rank them by "
@@ -56,13 +57,22 @@ def add_arguments(sw: argparse.ArgumentParser) -> None:
                          "(e.g. day=2025-06-02 or tenant=b,c); rank on the others")
     sw.add_argument("--best-as", choices=["sglang", "toml"], default=None,
                     help="print the winner as SGLang server flags (SGLang-exact settings "
-                         "only) or as a TOML file for --config")
+                         "only) or as a TOML file for --config: the preset the sweep started "
+                         "from (preset = NAME) and the fields that differ from it")
+    sw.add_argument("--best-out", metavar="FILE",
+                    help="write the winner to FILE in the --best-as format (default toml, a "
+                         "file for --config); checked before the sweep starts")
     sw.add_argument("--plot", metavar="PATH.png",
                     help="plot tokens/step and speed-up against draft_token_num, or against "
                          "concurrency when several levels are given (matplotlib)")
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    with contextlib.ExitStack() as files:
+        return _run(args, out, files)
+
+
+def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> int:
     jobs = default_jobs(args)
     check_executor_args(args, jobs)
     if args.retries < 0:
@@ -73,9 +83,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         raise ValueError("give --holdout or --holdout-by, not both")
     if args.resume and not args.out:
         raise ValueError("--resume continues a results file: give it with --out")
+    # Every input is checked before the first setting runs.
+    best_as = args.best_as or ("toml" if args.best_out is not None else None)
+    for flag, path in (("--json", args.json), ("--best-out", args.best_out)):
+        if path is not None:
+            check_out_file(flag, path)
+    if args.plot:
+        check_plot(args.plot)
     cost = cost_model(args)
     base = base_options(args)
-    grid = _grid(args, base)
+    grid, tree_sizes = _grid(args, base, best_as)
     conc = parse_concurrency(args.concurrency)
     all_rows, label = load(args)
     if args.by is not None and not any(args.by in r for r in all_rows):
@@ -90,7 +107,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     held, split = plan.parts.get("holdout", []), plan.holdout
     levels = [(c, min(c, len(rows))) for c in conc]
     keys = plan.keys
-    results_file = (ResultsFile(args.out, sweep=plan.fingerprint, resume=args.resume)
+    widest = max((job.run_concurrency for job in plan.jobs), default=1)
+    check_cost_covers(cost, [(widest, n) for n in tree_sizes])
+    # Held (locked against a second sweep) until the table is written.
+    results_file = (files.enter_context(ResultsFile(args.out, sweep=plan.fingerprint,
+                                                    resume=args.resume))
                     if args.out else None)
     have = results_file.keys() if results_file is not None else set()
     todo = plan.pending(have)
@@ -165,14 +186,21 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         else:
             plot_sweep(results, args.plot, cost is not None, label)
         out.write(f"plot written to {args.plot}\n")
-    if args.best_as is not None:
+    if best_as is not None:
         best_cfg = NgramConfig(**{**base, **results[0]["options"]})
+        preset = preset_of(args)
+        text = (best_cfg.to_toml(preset=preset) if best_as == "toml"
+                else sglang_flags(best_cfg.to_sglang_args()) + "\n")
         if args.best_as == "toml":
-            out.write("\nbest setting as TOML (save it and pass --config FILE):\n"
-                      + best_cfg.to_toml())
-        else:
-            out.write("\nbest setting as SGLang server flags:\n"
-                      + sglang_flags(best_cfg.to_sglang_args()) + "\n")
+            out.write(f"\nbest setting as TOML (save it and pass --config FILE, alone or "
+                      f"with --preset {preset}):\n" + text)
+        elif args.best_as == "sglang":
+            out.write("\nbest setting as SGLang server flags:\n" + text)
+        if args.best_out is not None:
+            write_atomic(args.best_out, text)
+            how = (f"TOML; ngramspec simulate --config {args.best_out} runs it"
+                   if best_as == "toml" else "SGLang server flags")
+            out.write(f"best setting written to {args.best_out} ({how})\n")
     if results_file is not None:
         out.write(f"results in {args.out} ({len(done)} settings)\n")
     if failed:
@@ -182,21 +210,25 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _grid(args: argparse.Namespace, base: dict[str, Any]) -> list[dict]:
-    """The grid of the comma lists, every point checked before any runs."""
+def _grid(args: argparse.Namespace, base: dict[str, Any], best_as: str | None
+          ) -> tuple[list[dict], set[int]]:
+    """The grid of the comma lists, every point checked before any runs, and the tree sizes
+    (draft_token_num) of its settings."""
     axes = {f.name: parse_list(f.name, getattr(args, f.name), kind_of(f))
             for f in config_fields() if getattr(args, f.name) is not None}
     grid = expand_grid(axes)
+    sizes = set()
     for options in grid:
         cfg = make_config(base, options, args)
-        if args.best_as == "sglang":
+        sizes.add(cfg.draft_token_num)
+        if best_as == "sglang":
             try:
                 cfg.to_sglang_args()
             except ValueError as e:
                 raise ValueError(f"--best-as sglang: {e} (in the setting "
                                  f"{options_label(options, []) if options else 'given'})"
                                  ) from None
-    return grid
+    return grid, sizes
 
 
 def _part_label(job: Job, conc: list[int], holdout: bool) -> str:

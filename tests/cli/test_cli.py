@@ -274,7 +274,7 @@ def test_sweep_best_as(streams, tmp_path, capsys):
     code, text = run(["sweep", str(path), "--draft-token-num", "4,8", "--preset", "recommended",
                       "--best-as", "toml", "--jobs", "1", "--no-progress"])
     assert code == 0
-    toml = text.split("--config FILE):\n")[1]
+    toml = text.split("--config FILE, alone or with --preset recommended):\n")[1]
     (tmp_path / "best.toml").write_text(toml)
     best = ns.NgramConfig.from_toml(tmp_path / "best.toml")
     assert best == ns.NgramConfig.recommended(draft_token_num=best.draft_token_num)
