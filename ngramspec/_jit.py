@@ -6,11 +6,19 @@ With ``NUMBA_DISABLE_JIT=1`` Numba returns the plain Python functions, which the
 Compiled kernels are cached on disk (``cache=True``; ``NGRAMSPEC_NUMBA_CACHE=0`` turns that off).
 Numba checks only the timestamp of a kernel's own file, so when editing a kernel that others in
 other files call, delete the ``__pycache__/*.nbi``/``*.nbc`` files (an install always does).
+
+Compiling is what a first run waits for, so it is announced on stderr as it starts (once per
+process; ``NGRAMSPEC_COMPILE_NOTICE=0`` silences it), and each kernel given ``what=`` (the entry
+points, which compile everything they call) says what it is and how long it took.  Loading a
+kernel from the disk cache says nothing.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import time
+from typing import Any, Callable
 
 __all__ = ["jit", "jit_inline", "entry_point", "OPTIONS"]
 
@@ -18,12 +26,72 @@ __all__ = ["jit", "jit_inline", "entry_point", "OPTIONS"]
 OPTIONS = dict(cache=os.environ.get("NGRAMSPEC_NUMBA_CACHE", "1") != "0", nogil=True,
                boundscheck=False, fastmath=False)
 
+# What an entry-point kernel is, in words, by its code object (see :func:`jit`).
+_WHAT: dict[Any, str] = {}
+_notice: list[Any] = []  # the compile listener, once registered
 
-def jit(fn):
-    """Compile ``fn`` with the project's Numba options; ``fn.py_func`` stays the plain one."""
+
+def jit(fn: Callable | None = None, *, what: str | None = None) -> Any:
+    """Compile ``fn`` with the project's Numba options; ``fn.py_func`` stays the plain one.
+
+    ``what``: for kernels called from Python, what they are in words (the compile notice)."""
+    if fn is None:
+        return lambda f: jit(f, what=what)
     import numba
 
+    if what is not None:
+        _WHAT[fn.__code__] = what
+    _listen()
     return numba.njit(**OPTIONS)(fn)
+
+
+def _say(line: str) -> None:
+    if os.environ.get("NGRAMSPEC_COMPILE_NOTICE", "1") == "0":
+        return
+    sys.stderr.write(f"ngramspec: {line}\n")
+    sys.stderr.flush()
+
+
+def _listen() -> None:
+    """Register the compile notice with Numba's event system (once)."""
+    if _notice:
+        return
+    from numba.core import event
+
+    class CompileNotice(event.Listener):
+        # Numba compiles under one global lock, so one depth counter tells the outermost
+        # compile (the one a caller waits for) from those it triggers.
+        def __init__(self) -> None:
+            self.depth = 0
+            self.started = 0.0
+            self.what: str | None = None
+            self.announced = False
+
+        def on_start(self, ev: Any) -> None:
+            self.depth += 1
+            if self.depth != 1:
+                return
+            fn = getattr(ev.data["dispatcher"], "py_func", None)
+            if fn is None or not fn.__module__.startswith("ngramspec."):
+                return
+            if not self.announced:
+                self.announced = True
+                _say("compiling kernels on first use (cached on disk: later runs skip this)")
+            self.what = _WHAT.get(fn.__code__)
+            self.started = time.perf_counter()
+            if self.what is not None:
+                _say(f"compiling {self.what} ...")
+
+        def on_end(self, ev: Any) -> None:
+            self.depth -= 1
+            failed = (getattr(ev, "exc_details", None) or (None,))[0] is not None
+            if self.depth == 0 and self.what is not None and not failed:
+                _say(f"compiled {self.what} in {time.perf_counter() - self.started:.1f} s")
+            if self.depth == 0:
+                self.what = None
+
+    _notice.append(CompileNotice())
+    event.register("numba:compile", _notice[0])
 
 
 def jit_inline(fn):

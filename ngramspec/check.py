@@ -389,6 +389,10 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
         raise ValueError("the streams hold no requests")
     tl.check_model_dir(model)
     auto = cost_table if config.min_expected_accept == "auto" else None
+    # Every forward the prediction prices is in the table (or extrapolated): said before any
+    # replay compiles or runs.
+    top, n = min(max(levels), len(rows)), config.draft_token_num
+    cost_table.ms_array(np.array([1, 1, top, top]), np.array([1, n, 1, n]))
     # The prediction first: cheap, and it names a missing cost table point before any model
     # runs.
     predicted = []

@@ -317,7 +317,7 @@ def layout_prefix(last_token, k, tok_row, par_row, prob_row, sc, bucket_counts, 
         out_prob[s] = t_prob[order[s - 1]] if s <= k else 0.0
 
 
-@jit
+@jit(what="the ADAPTIVE draft-tree kernel")
 def draft_adaptive(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
                    out_prob, cal):
     """:func:`draft_tree` called from Python: ``local``/``shared`` are plain trie bundles
@@ -330,7 +330,7 @@ def draft_adaptive(ctx, params, local, shared, bucket_counts, sc, out_tokens, ou
                       out_mask, out_prob, cal)
 
 
-@jit
+@jit(what="the ADAPTIVE draft-tree kernel")
 def draft_adaptive_saved(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask,
                          out_prob, cal, tok_row, par_row, prob_row):
     """:func:`draft_adaptive` (``params`` without a threshold), the tree also saved

@@ -74,7 +74,7 @@ def _root_slot(t, mask):
     return (x ^ (x >> 29)) & mask
 
 
-@jit
+@jit(what="the corpus automaton builder")
 def _build_kernel(stream, prob):
     """The automaton of ``stream`` (§3.6.3): online construction, then counts and last ends up
     the suffix links, then the edge arrays.  ``prob`` chooses the children's order."""

@@ -122,7 +122,7 @@ def _draft(ctx, count, top, steps, params, t, sc, bucket_counts, out_tokens, out
     return used
 
 
-@jit
+@jit(what="the batched trie match and draft-tree kernel")
 def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, states,
                 bucket_counts, buf, out_tokens, out_mask, out_num):
     """SGLang 0.5.23's ``batchMatch``: stateful (or, with ``stateless``, fresh) anchors per
@@ -134,7 +134,7 @@ def match_batch(flat, offsets, state_rows, total_lens, stateless, params, trie, 
                 bucket_counts, buf, out_tokens, out_mask, out_num)
 
 
-@jit
+@jit(what="the batched trie match and draft-tree kernel")
 def match_pooled(flat, offsets, state_rows, total_lens, stateless, eng, at):
     """:func:`match_batch` on the arrays of ``eng`` (:class:`Engine`), the drafts written to
     its pool rows ``at .. at + batch``."""
@@ -144,7 +144,7 @@ def match_pooled(flat, offsets, state_rows, total_lens, stateless, eng, at):
                 eng.num[at:end])
 
 
-@jit
+@jit(what="the trie match and draft-tree kernel")
 def match_one(ctx, row, total, stateless, eng, at):
     """:func:`match_pooled` of one request (state row ``row``, total length ``total``): no
     offsets, rows or lengths arrays to build and unbox."""
@@ -176,7 +176,7 @@ def _match_rows(flat, offsets, state_rows, total_lens, stateless, params, trie, 
                             out_mask[b])
 
 
-@jit
+@jit(what="the match kernel with external corpora")
 def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params, trie, states,
                         bucket_counts, buf, pool, cp, cs, walks, sel, sam_budget,
                         out_tokens, out_mask, out_num):
@@ -233,7 +233,7 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
                                 -1 if stateless else row, total)
 
 
-@jit
+@jit(what="the match kernel with external corpora")
 def match_pooled_corpora(flat, offsets, state_rows, total_lens, eng, ce, at):
     """:func:`match_batch_corpora` of a packed batch (``flat``/``offsets``, ``state_rows``,
     ``total_lens`` as :func:`match_batch` takes them) on the arrays of ``eng``
@@ -268,7 +268,7 @@ def _corpus_rows(ctx, row, total, eng, ce, at):
                              eng.tokens[at], eng.mask[at], none, ce.walks, row, total)
 
 
-@jit
+@jit(what="the window-era match kernel")
 def match_batch_windows(flat, offsets, min_w, max_w, params, trie, bucket_counts, buf,
                         out_tokens, out_mask, out_num):
     """SGLang 0.5.9's ``batchMatch``: stateless match windows ``min_w .. max_w`` per request

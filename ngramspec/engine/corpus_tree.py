@@ -117,7 +117,7 @@ def _prob(a_state, count, budget, top_k, st, kd, sb, eb, tree, order, h_p, h_o, 
     return cursor - 1
 
 
-@jit
+@jit(what="the corpus draft kernel")
 def _draft_kernel(flat, offsets, budget, max_depth, min_b, max_b, prob, st, ed, kd, rt,
                   max_kids, out_tokens, out_mask):
     """Each context's corpus tree of ``budget`` nodes, laid out into ``budget + 1`` slots."""
@@ -199,7 +199,7 @@ def _insert_leaf_paths(tokens, mask, tree, order, parent, is_parent, path, curso
     return cursor
 
 
-@jit
+@jit(what="the corpus merge kernel")
 def _merge_kernel(last_tokens, n, p_tokens, p_mask, s_tokens, s_mask, out_tokens, out_mask,
                   out_num):
     """SGLang's ``combineRootResults_`` per request: primary's leaf paths, then secondary's,

@@ -114,19 +114,23 @@ class _Run:
     per-request arrays and the per-step record, which the caller sets: ``streams``,
     ``per_req``, ``out``), and the driver of the kernel over them."""
 
-    def __init__(self, config: NgramConfig, conc: int, costs: Any, corpora: tuple) -> None:
+    def __init__(self, config: NgramConfig, conc: int, costs: Any,
+                 corpora: tuple | None) -> None:
         depth = config.trie_depth
         n = config.draft_token_num
         exact = config.exact_counts or config.local_index
-        self.cfg, self.fcfg = _config_arrays(config, conc)
+        self.cfg, fcfg = _config_arrays(config, conc)
         from ..calibration_table import calibration_array
         from ..costs import check_costs, cost_matrix
 
-        self.cal = calibration_array(config)
         costs = check_costs(config, costs)
-        self.cost_rows = (np.zeros((0, n), np.float64) if costs is None
-                          else cost_matrix(costs, conc, n))
-        self.rate = np.zeros(2, np.float64)
+        # None where unused: the kernel then compiles without that drafting (replay_kernel).
+        self.adaptive = None
+        if config.match_type == "ADAPTIVE":
+            cost_rows = (np.zeros((0, n), np.float64) if costs is None
+                         else cost_matrix(costs, conc, n))
+            self.adaptive = (fcfg, calibration_array(config), cost_rows,
+                             np.zeros(2, np.float64))
         self.corpora = corpora
         self.trie = TrieArrays(config.capacity)
         self.local = ([TrieArrays(config.capacity) for _ in range(conc)] if config.local_index
@@ -162,10 +166,10 @@ class _Run:
         while True:
             c0 = time.thread_time()
             w0 = time.perf_counter()
-            code = replay_kernel(self.streams, self.cfg, self.fcfg, self.trie.bundle,
-                                 self.local_list, self.states, self.remembered, self.run,
-                                 self.per_req, self.out, BUCKET_COUNTS, 0 if first else max_steps,
-                                 self.cal, self.cost_rows, self.rate, self.corpora)
+            code = replay_kernel(self.streams, self.cfg, self.trie.bundle, self.local_list,
+                                 self.states, self.remembered, self.run, self.per_req, self.out,
+                                 BUCKET_COUNTS, 0 if first else max_steps, self.adaptive,
+                                 self.corpora)
             if first:
                 first = False
             else:
@@ -280,13 +284,14 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     # External corpora: SGLang's budget split (spec §3.6.7), the same for the whole run.
     k = len(corpora)
     per = min(config.external_sam_budget, config.budget) // k if k else 0
-    corpus_args = replay_corpora(list(corpora) if per else [], per,
-                                 config.budget - per * k if per else config.budget,
-                                 n=n, max_depth=config.trie_depth,
-                                 min_breadth=config.min_bfs_breadth,
-                                 max_breadth=config.max_bfs_breadth,
-                                 prob=config.match_type == "PROB", rows=conc,
-                                 requests=n_req if per else 0)
+    corpus_args = None
+    if per:
+        corpus_args = replay_corpora(list(corpora), per, config.budget - per * k, n=n,
+                                     max_depth=config.trie_depth,
+                                     min_breadth=config.min_bfs_breadth,
+                                     max_breadth=config.max_bfs_breadth,
+                                     prob=config.match_type == "PROB", rows=conc,
+                                     requests=n_req)
     run = _Run(config, conc, costs, corpus_args)
     adm_shared, adm_local, fin = _bounds(plen, olen, config)
     loop = run.loop
@@ -314,7 +319,7 @@ def replay(prompts: Sequence[np.ndarray], outputs: Sequence[np.ndarray], config:
     emitted = [em_count[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
     drafts = [em_drafts[em_off[r]:em_off[r] + em_steps[r]].copy() for r in range(n_req)]
     by_source = None
-    if per:
+    if corpus_args is not None:
         by_source = corpus_args[5]
     elif k:  # corpora loaded, but no budget for them: every accepted draft is the trie's
         by_source = np.zeros((n_req, 1 + k), np.int64)
@@ -385,11 +390,7 @@ def replay_stream(requests: Iterable[tuple[np.ndarray, np.ndarray]], config: Ngr
 
     read(chunk)
     conc = max(1, min(int(concurrency), max(n_read, 1))) if exhausted else int(concurrency)
-    no_corpora = replay_corpora([], 0, config.budget, n=config.draft_token_num,
-                                max_depth=config.trie_depth, min_breadth=config.min_bfs_breadth,
-                                max_breadth=config.max_bfs_breadth,
-                                prob=config.match_type == "PROB", rows=1)
-    run = _Run(config, conc, costs, no_corpora)
+    run = _Run(config, conc, costs, None)
     loop = run.loop
     run_req, fin_req = run.run[1], run.run[4]
     # Until the last request is read, the shared trie must not be proven free of eviction.

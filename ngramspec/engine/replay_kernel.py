@@ -151,9 +151,9 @@ def _adaptive_tree(ctx, row, total, local, local_tries, l_mode, pcc, a_params, t
                       cal)
 
 
-@jit
-def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run, per_req, out,
-                  bucket_counts, max_steps, cal, costs, rate, corpora):
+@jit(what="the serving-loop replay for this configuration")
+def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_req, out,
+                  bucket_counts, max_steps, adaptive, corpora):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached), NEED_ROOM or (with
     ``loop[L_MORE]`` set, for :func:`replay_stream`) NEED_REQUESTS.
 
@@ -165,18 +165,23 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     ``free_rows``, the finished requests ``fin_req`` whose finish inserts are pending, per slot
     ``l_mode``/``l_clock`` (its own trie's LRU mode and touch clock) and ``need``); ``per_req``:
     ``out_len`` and the node bounds ``adm_shared``/``adm_local``/``fin_bound`` of each
-    request's inserts at admission and finish; ``out``: the per-step record; ``cal``: the
-    ADAPTIVE calibration table (empty: count ratios); ``costs``: with ``min_expected_accept=
-    "auto"``, row ``b`` the step time of batch ``b`` per drafted-node cap (else 0 rows), and
-    ``rate`` the expected tokens and time of the steps so far (``choose_cap``).
+    request's inserts at admission and finish; ``out``: the per-step record.
+
+    ``adaptive``: None but for ADAPTIVE trees, then ``(fcfg, cal, costs, rate)``: ``fcfg``
+    the float options (:func:`_config_arrays`), ``cal`` the calibration table (empty: count
+    ratios), ``costs`` with ``min_expected_accept="auto"`` row ``b`` the step time of batch
+    ``b`` per drafted-node cap (else 0 rows), and ``rate`` the expected tokens and time of the
+    steps so far (``choose_cap``).  ``adaptive`` and ``corpora`` are None when unused so that
+    Numba prunes their branches: a run compiles only the drafting it needs (the ADAPTIVE and
+    corpus drafting are most of the kernel's compile time).
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
     emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree).  NEED_ROOM sets
     ``need[0]`` (shared trie) or ``need[1 + slot]`` (a slot's own trie) to the node slots that
     trie must have allocated before the next call.
 
-    ``corpora``: external corpora (:func:`~ngramspec.engine.sam.replay_corpora`; a per-corpus
-    budget of 0: none), drafted and merged as ``NgramCache.match`` does; each accepted draft
+    ``corpora``: None, or external corpora (:func:`~ngramspec.engine.sam.replay_corpora`),
+    drafted and merged as ``NgramCache.match`` does; each accepted draft
     token (the bonus, and tokens cut at the end of the recording, excluded) of request ``r``
     adds 1 to ``corpora[5][r, source]``, its slot's source (the trie's tree 0, corpus ``k``
     of the merge order ``k + 1``).
@@ -210,17 +215,21 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
     n = budget + 1
     # Work arrays of the match and tree kernels (the backend's), allocated once per call.
     sc = new_scratch(budget, depth, max_b)
-    c_scratch = corpus_scratch_in(corpora[2])  # external corpora's work arrays
-    asc = adaptive_scratch(budget, depth)
-    a_params = (depth, budget, fcfg[0], fcfg[1], fcfg[2], fcfg[3])
+    # int64, not literal, arguments: Numba compiles a callee once per literal value.
+    zero, no_row = np.int64(0), np.int64(-1)
     out_tokens = np.empty(n, np.int32)
     out_mask = np.empty((n, n), np.bool_)
     out_prob = np.empty(n, np.float64)
-    with_corpora = corpora[1][0] > 0
+    if corpora is not None:
+        c_scratch = corpus_scratch_in(corpora[2])  # external corpora's work arrays
     # Per slot, the part of the merge that drafted it (then corpus_row's work space).
     out_source = np.zeros(3 * n, np.int32)
-    by_source = corpora[5]
-    auto = costs.shape[0] > 0
+    auto = False
+    if adaptive is not None:
+        fcfg, cal, costs, rate = adaptive
+        asc = adaptive_scratch(budget, depth)
+        a_params = (depth, budget, fcfg[0], fcfg[1], fcfg[2], fcfg[3])
+        auto = costs.shape[0] > 0
     # "auto": every tree of a step is drafted and saved first, then cut to one cap.
     tok_rows = np.zeros((conc if auto else 0, n), np.int32)
     par_rows = np.zeros((conc if auto else 0, n), np.int32)
@@ -311,8 +320,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
             start = 0 if index_prompt else plen
             lo = max(0, start - depth + 1)
             _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
-            clock = insert_suffixes(seq[:size - lo], 0, lo, 0, start - lo, depth, capacity,
-                                    g_mode, clock, t, path, pcc, -1)[1]
+            clock = insert_suffixes(seq[:size - lo], zero, lo, zero, start - lo, depth, capacity,
+                                    g_mode, clock, t, path, pcc, no_row)[1]
             loop[L_FINLEFT] -= fin_bound[r]
         loop[L_NFIN] = 0
         # Admission (prefill): the first output token; prefill neither matches nor inserts
@@ -349,16 +358,16 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                         l_mode[row] = LRU_LIST
                     else:
                         l_mode[row] = LRU_STAMPS
-                    l_clock[row] = insert_suffixes(seq[:plen + 1 - lo], 0, lo, 0, start - lo,
-                                                   depth, capacity, l_mode[row], 0, lt, path,
-                                                   pcc, -1)[1]
+                    l_clock[row] = insert_suffixes(seq[:plen + 1 - lo], zero, lo, zero, start - lo,
+                                                   depth, capacity, l_mode[row], zero, lt, path,
+                                                   pcc, no_row)[1]
                 else:
-                    clock = insert_suffixes(seq[:plen + 1 - lo], 0, lo, 0, start - lo, depth,
-                                            capacity, g_mode, clock, t, path, pcc, -1)[1]
+                    clock = insert_suffixes(seq[:plen + 1 - lo], zero, lo, zero, start - lo, depth,
+                                            capacity, g_mode, clock, t, path, pcc, no_row)[1]
             elif index_prompt and plen > 0:
                 _gather(p_flat, p_off, o_flat, o_off, r, 0, plen, seq)
-                clock = insert_suffixes(seq[:plen], 0, 0, 0, 0, depth, capacity, g_mode, clock,
-                                        t, path, pcc, -1)[1]
+                clock = insert_suffixes(seq[:plen], zero, zero, zero, zero, depth, capacity,
+                                        g_mode, clock, t, path, pcc, no_row)[1]
         loop[L_GCLOCK] = clock
         nrun = loop[L_NRUN]
         if nrun == 0:
@@ -372,7 +381,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
             _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, win_flat[lo:lo + w])
             win_off[b + 1] = lo + w
         cap = 0
-        if auto:
+        if adaptive is not None and auto:
             for b in range(nrun):
                 r = run_req[b]
                 ctx = win_flat[win_off[b]:win_off[b + 1]]
@@ -387,7 +396,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
             r = run_req[b]
             row = run_row[b]
             ctx = win_flat[win_off[b]:win_off[b + 1]]
-            if mode == MODE_ADAPTIVE:
+            if adaptive is not None:
                 if auto:
                     used = min(used_rows[b], cap)
                     layout_prefix(ctx[ctx.size - 1], used, tok_rows[b], par_rows[b],
@@ -405,18 +414,18 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                                           sc.a_nodes, sc.a_depths)
                 else:
                     count = window_anchors(ctx, min_w, max_w, t, sc.a_nodes, sc.a_depths)
-                if with_corpora:  # external corpora (stateful profile only)
+                if corpora is not None:  # external corpora (stateful profile only)
                     used = draft_with_corpora(ctx, count, row, total, mode == MODE_PROB, bfs_top,
                                               bfs_steps, min_b, max_b, t, sc, bucket_counts,
                                               corpora, c_scratch, out_tokens, out_mask,
                                               out_source)
                     parents = c_scratch[9]
-                elif mode == MODE_PROB:
-                    used = build_prob(count, budget, max_b, t, sc, bucket_counts)
                 else:
-                    used = build_bfs_scheduled(count, budget, bfs_top, bfs_steps, min_b, max_b,
-                                               t, sc, bucket_counts)
-                if not with_corpora:
+                    if mode == MODE_PROB:
+                        used = build_prob(count, budget, max_b, t, sc, bucket_counts)
+                    else:
+                        used = build_bfs_scheduled(count, budget, bfs_top, bfs_steps, min_b,
+                                                   max_b, t, sc, bucket_counts)
                     fill_result(ctx[ctx.size - 1], n, sc, out_tokens, out_mask)
                     parents = sc.slot_parent
             # Greedy verify along the recording: rec = output[out_len:].
@@ -433,8 +442,9 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                         break
                 if hit == -1:
                     break
-                if with_corpora and k < left - 1:  # an accepted draft (the cut one is not)
-                    by_source[r, out_source[hit]] += 1
+                if corpora is not None:
+                    if k < left - 1:  # an accepted draft (the cut one is not)
+                        corpora[5][r, out_source[hit]] += 1
                 last = hit
                 k += 1
             e = min(k + 1, left)
@@ -450,7 +460,7 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                 lo = win_off[b]
                 w = win_off[b + 1] - lo
                 total = p_off[r + 1] - p_off[r] + out_len[r]
-                clock = insert_suffixes(win_flat[lo:lo + w], 0, total - w, 0, 0, depth,
+                clock = insert_suffixes(win_flat[lo:lo + w], zero, total - w, zero, zero, depth,
                                         capacity, g_mode, clock, t, path, pcw, run_row[b])[1]
         # Append; exact counting of the new n-grams as they arrive.
         for b in range(nrun):
@@ -471,12 +481,12 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                             build_lru(lt)
                             l_mode[row] = LRU_LIST
                             pcc[3][row] = 0
-                    l_clock[row] = insert_suffixes(seq[:before + e - lo], 0, lo, 0, before - lo,
-                                                   depth, capacity, l_mode[row], l_clock[row],
-                                                   lt, path, pcc, row)[1]
+                    l_clock[row] = insert_suffixes(seq[:before + e - lo], zero, lo, zero,
+                                                   before - lo, depth, capacity, l_mode[row],
+                                                   l_clock[row], lt, path, pcc, row)[1]
                 else:
-                    clock = insert_suffixes(seq[:before + e - lo], 0, lo, 0, before - lo, depth,
-                                            capacity, g_mode, clock, t, path, pcc, row)[1]
+                    clock = insert_suffixes(seq[:before + e - lo], zero, lo, zero, before - lo,
+                                            depth, capacity, g_mode, clock, t, path, pcc, row)[1]
             out_len[r] += e
             loop[L_LEFT] -= e
         # 0.5.9: after appending, the last branch_length tokens of every request.
@@ -486,8 +496,8 @@ def replay_kernel(streams, cfg, fcfg, trie, local_tries, states, remembered, run
                 total = p_off[r + 1] - p_off[r] + out_len[r]
                 w = min(total, depth)
                 _gather(p_flat, p_off, o_flat, o_off, r, total - w, total, seq)
-                clock = insert_suffixes(seq[:w], 0, total - w, skip, 0, depth, capacity, g_mode,
-                                        clock, t, path, pcw, run_row[b])[1]
+                clock = insert_suffixes(seq[:w], zero, total - w, skip, zero, depth, capacity,
+                                        g_mode, clock, t, path, pcw, run_row[b])[1]
         # Finished requests leave (order kept) and free their slots; their finish inserts
         # run at the top of the next iteration, before anything else touches the tries.
         keep = 0

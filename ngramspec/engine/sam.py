@@ -282,13 +282,13 @@ def draft_with_corpora(ctx, count, row, total, prob, top, steps, min_b, max_b, t
 def replay_corpora(automata: Sequence["FlatAutomaton"], per: int, trie_budget: int, *, n: int,
                    max_depth: int, min_breadth: int, max_breadth: int, prob: bool,
                    rows: int, requests: int = 0) -> tuple:
-    """The corpora as the compiled replay takes them (``automata`` in merge order; ``per``
-    0: none, and the replay drafts from the trie alone).  The last item counts accepted
-    draft tokens per request (``requests`` rows) by source: column 0 the trie's tree,
-    ``k + 1`` corpus ``k`` (:func:`corpus_row`'s ``out_source``)."""
+    """The corpora as the compiled replay takes them (``automata``: at least one, in merge
+    order; ``per`` >= 1 nodes each; without corpora the replay takes None).  The last item
+    counts accepted draft tokens per request (``requests`` rows) by source: column 0 the
+    trie's tree, ``k + 1`` corpus ``k`` (:func:`corpus_row`'s ``out_source``)."""
+    if not automata or per < 1:
+        raise ValueError("replay_corpora needs at least one automaton and a budget >= 1")
     sources = len(automata) + 1
-    if not automata:  # the kernel's argument types stay the same: one tiny automaton, unused
-        automata = [FlatAutomaton.build(np.zeros(1, np.int32), prob=prob)]
     cp = (int(per), int(n), int(max_depth), int(min_breadth), int(max_breadth), bool(prob))
     cs = corpus_scratch(max(per, 1), n, trie_budget, max_depth, max_breadth, prob,
                         max(a.max_kids for a in automata))

@@ -457,7 +457,7 @@ def build_lru(t):
     meta[M_GTAIL] = prev
 
 
-@jit
+@jit(what="the trie insert kernel")
 def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, trie, path, pos):
     """Insert every sequence ``flat[offsets[s]:offsets[s+1]]`` in order, SGLang's way
     (:func:`insert_suffixes`, keeping the LRU list).
@@ -473,11 +473,13 @@ def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, t
     t = Trie(*trie)
     none = (np.empty((1, 1, 1), np.int32), np.empty((1, 1, 1), np.int64),
             np.empty(1, np.int64), np.empty(1, np.int64))
+    # int64, not literal, arguments: Numba compiles a callee once per literal value.
+    zero, mode, no_row = np.int64(0), np.int64(LRU_LIST), np.int64(-1)
     for s in range(pos[0], offsets.size - 1):
         seq = flat[offsets[s]:offsets[s + 1]]
         first = pos[1] if s == pos[0] else 0
-        stop = insert_suffixes(seq, first, 0, starts_from, count_from[s], max_depth, capacity,
-                               LRU_LIST, 0, t, path, none, -1)[0]
+        stop = insert_suffixes(seq, first, zero, starts_from, count_from[s], max_depth, capacity,
+                               mode, zero, t, path, none, no_row)[0]
         if stop < seq.size - starts_from:
             pos[0] = s
             pos[1] = stop
