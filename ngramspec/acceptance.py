@@ -15,7 +15,7 @@ parent's count total (bins ``TOTAL_EDGES``), its parent's level below its anchor
 has started, the next token is likelier than after one token) and whether it is its
 parent's first candidate.
 The table was fitted on the tuning part of the shipped streams (:mod:`ngramspec.holdout`) by
-``benchmarks/fit_acceptance.py``; the construction is otherwise unchanged (best first by path
+``benchmarks/studies/fit_acceptance.py``; the construction is otherwise unchanged (best first by path
 probability, now the calibrated one).
 
 ``min_expected_accept="auto"`` chooses the tree size from step costs: after construction,

@@ -1,7 +1,7 @@
 """The calibrated acceptance table as the drafting kernels read it.
 
 The coefficients are fitted data (``ngramspec/_acceptance_table.py``, written by
-``benchmarks/fit_acceptance.py``); this module only lays them out for the kernels.  What they
+``benchmarks/studies/fit_acceptance.py``); this module only lays them out for the kernels.  What they
 mean is described in :mod:`ngramspec.acceptance`.
 """
 

@@ -372,11 +372,11 @@ class NgramConfig:
         ``shared_pseudo_count=2``, ``max_trie_depth=24`` and ``draft_token_num=16``.
 
         Tuned for tokens per verify step *at the same draft tokens per step* as Arctic's
-        suffix decoding, in every task group (``benchmarks/tune_recommended.py``): few,
+        suffix decoding, in every task group (``benchmarks/studies/tune_recommended.py``): few,
         confident drafts (about 2.5 per step), each worth more than Arctic's.  On the
         hold-out part it emits 1.24 times Arctic's tokens per step at its width (every group
-        at least 1.08 times); see the README.  Where a verify pass costs the same whatever
-        the tree size, wider trees emit more tokens per step: ``min_token_prob=0.18,
+        at least 1.08 times; docs/reports/beyond-sglang.md).  Where a verify pass costs the
+        same whatever the tree size, wider trees emit more tokens per step: ``min_token_prob=0.18,
         max_spec_factor=4, shared_pseudo_count=0, draft_token_num=12`` (this method's
         settings before) drafts about 5.5 tokens per step for 13% more tokens per step.  For
         a cost-aware drafter add ``min_expected_accept``: measured on the tuning part, 4.0

@@ -38,7 +38,7 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
 EMBEDDED = "qwen2.5-coder-0.5b-greedy.jsonl.gz"
 
 #: A second, later recording, by another model on prompts the first does not contain: a
-#: hold-out that nothing was tuned on (``benchmarks/record_streams.py``; see
+#: hold-out that nothing was tuned on (``benchmarks/studies/record_streams.py``; see
 #: ``ngramspec/data/NOTICE.md``).
 FRESH = "smollm2-135m-greedy-fresh.jsonl.gz"
 
