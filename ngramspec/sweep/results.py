@@ -138,6 +138,11 @@ class ResultsFile(AbstractContextManager):
     JSON Lines file, possible only if the machine itself stopped mid-write, is dropped when
     the file is resumed).
 
+    One writer at a time: opening it takes a lock (on ``PATH.lock`` beside it) held until
+    :meth:`close` (or the end of a ``with`` block, or of the process); opening a file that
+    another :class:`ResultsFile`, in this process or another, holds is a
+    :class:`ResultsFileError`.
+
     Parameters
     ----------
     path : str or path
@@ -147,11 +152,6 @@ class ResultsFile(AbstractContextManager):
         record in the file must carry it.
     resume : bool
         Continue an existing file; without it, an existing non-empty file is an error.
-
-    One writer at a time: opening it takes a lock (on ``PATH.lock`` beside it) held until
-    :meth:`close` (or the end of a ``with`` block, or of the process); opening a file that
-    another :class:`ResultsFile`, in this process or another, holds is a
-    :class:`ResultsFileError`.
 
     Examples
     --------
