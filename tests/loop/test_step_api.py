@@ -180,3 +180,60 @@ def test_simulate_times_the_step_api_and_predictions_add_it():
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="step_api_steps"):
             ns.simulate(rows, step_api_steps=bad)
+
+
+_LOADS_WHILE_TIMED = """
+import importlib
+
+import numba.core.dispatcher as nd
+
+import ngramspec as ns
+
+sw = importlib.import_module("ngramspec.simulate.stepwise")
+
+timed, passes = [False], []  # passes: the kernels added in each timed pass
+add = nd.Dispatcher.add_overload
+
+
+def spy_add(self, cres):  # a kernel compiled or loaded from the disk cache in this process
+    if timed[0] and self.py_func.__module__.startswith("ngramspec."):
+        passes[-1].append(self.py_func.__qualname__)
+    return add(self, cres)
+
+
+replay = sw._replay_stepwise
+
+
+def spy_replay(*args, **kwargs):
+    timed[0] = kwargs.get("timing") is not None
+    if timed[0]:
+        passes.append([])
+    try:
+        return replay(*args, **kwargs)
+    finally:
+        timed[0] = False
+
+
+nd.Dispatcher.add_overload = spy_add
+sw._replay_stepwise = spy_replay
+rows = ns.read_streams(ns.streams.embedded_streams_path())[:4]
+for config in (ns.NgramConfig(capacity=100_000), ns.NgramConfig.preset("recommended")):
+    for concurrency in (1, 3):
+        r = ns.simulate(rows, config=config, concurrency=concurrency, step_api_steps=8)
+        assert r.step_api_ms_per_step > 0  # the pass whose time is reported comes last
+        print(config.match_type, concurrency, sorted(set(passes[-1])))
+"""
+
+
+@pytest.mark.slow
+def test_the_step_api_timing_counts_no_kernel_compile_or_load():
+    # A first run's prediction once added ten seconds of compiling the one-request match
+    # kernel (concurrency 1) to the drafting time: the warm-up ran two requests at once.  In a
+    # fresh process every kernel the timed iterations call must already be in memory.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _LOADS_WHILE_TIMED], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["BFS 1 []", "BFS 3 []", "ADAPTIVE 1 []", "ADAPTIVE 3 []"]
