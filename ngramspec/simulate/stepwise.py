@@ -19,9 +19,6 @@ __all__ = ["admit"]
 
 ProgressFn = Callable[[int, int], None]
 
-#: The id under which the trie's share of accepted tokens is reported.
-TRIE_SOURCE = "trie"
-
 
 def admit(nxt: int, running: list[int], concurrency: int, lengths: Sequence[int],
           join: Callable[[int], None], done: list[int] | None = None) -> int:

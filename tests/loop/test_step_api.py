@@ -9,6 +9,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
@@ -230,9 +233,6 @@ def test_the_step_api_timing_counts_no_kernel_compile_or_load():
     # A first run's prediction once added ten seconds of compiling the one-request match
     # kernel (concurrency 1) to the drafting time: the warm-up ran two requests at once.  In a
     # fresh process every kernel the timed iterations call must already be in memory.
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", _LOADS_WHILE_TIMED], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr
