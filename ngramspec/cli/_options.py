@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..config import MATCH_TYPES, PRESETS, PROFILES, NgramConfig, toml_options
-from ..costs import CostModel, CostTable, parse_concurrency
+from ..costs import ENGINE_NAMES, CostModel, CostTable, parse_concurrency
 from ..streams import embedded_streams_path, read_streams
 
 _STR_OPTIONS = {"match_type": MATCH_TYPES, "profile": PROFILES}
@@ -133,12 +133,22 @@ def add_common(p: argparse.ArgumentParser, *, grid: bool) -> None:
     c.add_argument("--step-ms", type=float, help="linear model: fixed time per forward")
     c.add_argument("--token-ms", type=float,
                    help="linear model: time per query token in a forward (batch x tokens)")
+    add_engine(c)
     c.add_argument("--draft-ms", type=float,
-                   help="drafting time per serving step (default: measured by the replay; "
-                        "0 excludes it)")
+                   help="drafting time per serving step (default: what the --engine pays, "
+                        "timed on these streams; 0 excludes it)")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     add_progress(o)
+
+
+def add_engine(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--engine: which serving engine's rule prices a step (ngramspec.costs.engines)."""
+    p.add_argument("--engine", choices=ENGINE_NAMES, default="custom",
+                   help="the engine you deploy, priced by its rule: custom (a loop of your "
+                        "own: real ADAPTIVE trees, a plain decode where nothing is drafted; "
+                        "the default) or sglang (SGLang's NGRAM worker: draft_token_num slots "
+                        "per request at every step, its drafter's calls timed)")
 
 
 def add_progress(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -196,6 +206,14 @@ def cost_model(args: argparse.Namespace) -> Cost | None:
     except ValueError as e:
         raise ValueError(f"cost model: {e} (flags --decode-ms and --verify-ms, or --step-ms and "
                          "--token-ms)") from None
+
+
+def check_engine(args: argparse.Namespace, cost: Cost | None) -> None:
+    """--engine prices steps: anything but the default needs a cost."""
+    if args.engine != "custom" and cost is None:
+        raise ValueError(f"--engine {args.engine} prices the steps as that engine runs them: "
+                         "give a cost (--cost-table, or --step-ms and --token-ms, or "
+                         "--decode-ms and --verify-ms)")
 
 
 def cost_label(cost: Cost, args: argparse.Namespace) -> str:

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from .. import config as config_module
 from ..config import NgramConfig
-from ..costs import ServingPrediction, verdict
+from ..costs import ENGINES, ServingPrediction, verdict
 from ..simulate import SimulationResult
 from ._options import check_out_file, config_fields
 
@@ -153,9 +153,10 @@ def format_predictions(levels: list[tuple[int, SimulationResult, ServingPredicti
         rows.append(cells)
     lines = []
     if with_cost:
-        draft = levels[0][2].draft_ms if levels else 0.0
-        lines.append(f"predicted serving ({cost_label}; drafting {draft:.3g} ms per step; "
-                     "prefill not modelled):")
+        first = levels[0][2]
+        lines.append(f"predicted serving on {ENGINES[first.engine].words}")
+        lines.append(f"  cost: {cost_label}; drafting {_drafting(levels)}; prefill not "
+                     "modelled")
     else:
         lines.append("per concurrency level (no cost given: --cost-table, or --decode-ms and "
                      "--verify-ms, for the prediction):")
@@ -167,6 +168,17 @@ def format_predictions(levels: list[tuple[int, SimulationResult, ServingPredicti
                      "its decode time / its decode tokens")
         lines.append("verdict: " + verdict([p for _, _, p in levels]))
     return "\n".join(lines)
+
+
+def _drafting(levels: list[tuple[int, SimulationResult, ServingPrediction | None]]) -> str:
+    """The drafting time the prediction adds per step, and where it comes from."""
+    preds = [p for _, _, p in levels if p is not None]
+    ms = sorted({round(p.draft_ms, 4) for p in preds})
+    if len(ms) == 1:
+        shown = f"{ms[0]:.3g} ms per step"
+    else:
+        shown = f"{ms[0]:.3g}-{ms[-1]:.3g} ms per step (by level)"
+    return f"{shown} ({preds[0].draft_source})" if preds[0].draft_source else shown
 
 
 def options_label(options: dict, rows: list[dict]) -> str:

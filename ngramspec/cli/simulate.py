@@ -13,7 +13,7 @@ from ..costs import CostTable, ServingPrediction, parse_concurrency, predict_ser
 from ..simulate import SimulationResult, pool_results, simulate, simulate_stream
 from ..streams import embedded_streams_path, iter_streams
 from ..sweep import EXECUTORS, make_executor, plan_shards, run_shard, shard_values
-from ._options import (add_common, base_options, check_cost_covers, check_executor_args,
+from ._options import (add_common, base_options, check_engine, check_cost_covers, check_executor_args,
                        check_in_files, check_limit, check_out_file, config_options,
                        cost_label, cost_model, default_jobs, levels, load, make_config)
 from ..sweep.jobs import auto_costs
@@ -65,6 +65,7 @@ NEXT_STEP = ("next: measure forward times (ngramspec calibrate MODEL_DIR --out c
 def run(args: argparse.Namespace, out: TextIO) -> int:
     config = make_config(base_options(args), config_options(args), args)
     cost = cost_model(args)
+    check_engine(args, cost)
     if args.stream or args.shard_by is not None:
         return _run_streamed(args, config, cost, out)
     for flag, given in (("--executor", args.executor != "local"),
@@ -92,7 +93,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                               progress=bar, corpora=corpora, costs=auto_costs(config, cost))
         finally:
             bar.close()
-        pred = predict_serving(result, cost, draft_ms=args.draft_ms) if cost else None
+        pred = (predict_serving(result, cost, draft_ms=args.draft_ms, engine=args.engine)
+                if cost else None)
         done.append((asked, result, pred))
     first = done[0][1]
     out.write(format_report(first, by=args.by, source=label, asked=done[0][0]) + "\n")
@@ -109,6 +111,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             report["cost_table"] = {"source": cost_label(cost, args),
                                     "points": cost_table.points() if cost_table else None,
                                     "extrapolate": bool(args.extrapolate)}
+            report["engine"] = args.engine
             report["prediction"] = [dict(p.to_dict(), concurrency=asked)
                                     for asked, _, p in done]
             report["verdict"] = verdict([p for _, _, p in done])

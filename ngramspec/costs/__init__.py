@@ -6,6 +6,8 @@
   tokens)`` and their interpolation;
 - :mod:`~ngramspec.costs.serving`: the concurrency-aware prediction (:func:`schedule`,
   :func:`predict_serving`, :func:`verdict`);
+- :mod:`~ngramspec.costs.engines`: how each serving engine prices a step (a custom loop,
+  SGLang's fixed-width verify), one small table of rules;
 - :mod:`~ngramspec.costs.checks`: the ``costs=`` argument checked, and step costs as the
   drafting kernels read them.
 
@@ -13,6 +15,7 @@ This room imports nothing else of the package, so every layer may price a step.
 """
 
 from .checks import check_costs, cost_matrix, step_costs
+from .engines import ENGINE_NAMES, ENGINES, Engine, engine_of
 from .model import CostModel, Prediction
 from .serving import (Schedule, ServingPrediction, parse_concurrency, predict_serving, schedule,
                       verdict)
@@ -20,4 +23,5 @@ from .table import Cost, CostTable, CostTableError
 
 __all__ = ["CostModel", "Prediction", "CostTable", "CostTableError", "Cost", "Schedule",
            "ServingPrediction", "schedule", "predict_serving", "verdict", "parse_concurrency",
-           "check_costs", "step_costs", "cost_matrix"]
+           "check_costs", "step_costs", "cost_matrix", "Engine", "ENGINES", "ENGINE_NAMES",
+           "engine_of"]

@@ -8,10 +8,13 @@ predicted serving times, exactly as follows (so that anyone can recompute it):
   is admitted and leaves without a verify step.  Request ``r`` runs ``len(emitted[r])``
   consecutive steps from its admission, so the batch of every step follows from the step
   counts alone (:func:`schedule`).  Step ``s`` runs ``b_s`` requests and costs
-  ``t(b_s, n_s) + draft_ms``, where ``n_s`` is the largest tree sent in the step: SGLang's
-  BFS and PROB send ``draft_token_num`` slots for every request (padding included);
-  ADAPTIVE sends its real drafts + the root, so a step where no request has a draft is a
-  plain decode, ``n_s = 1``.
+  ``t(b_s, n_s) + draft_ms``, where the **engine** that serves the drafts sets ``n_s`` and
+  ``draft_ms`` (:mod:`ngramspec.costs.engines`, one rule each): in a custom loop
+  (``engine="custom"``) SGLang's BFS and PROB send ``draft_token_num`` slots for every
+  request (padding included) and ADAPTIVE its real drafts + the root (the largest tree of
+  the step), so a step where no request has a draft is a plain decode, ``n_s = 1``; SGLang's
+  worker (``engine="sglang"``) verifies ``draft_token_num`` slots per request at every step
+  whatever the trees, ``n_s = draft_token_num``.
 - **baseline**: the same requests, admission order and ``c`` without speculation: request
   ``r`` needs ``len(output_ids) - 1`` decode steps of one token; a step costs ``t(b_s, 1)``.
 - **reported**: total time of each run, decode throughput (decode tokens / total time),
@@ -30,6 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .engines import Engine, drafting_ms, engine_of, step_tokens
 from .model import CostModel
 from .table import Cost, CostTable
 
@@ -48,8 +52,8 @@ class Schedule:
     ----------
     concurrency : int
     batch, tokens : np.ndarray
-        (S,) int64 per speculative step: requests in it (``b_s``) and the largest tree sent
-        (``n_s``, 1 for a plain decode).
+        (S,) int64 per speculative step: requests in it (``b_s``) and the query tokens per
+        request of its forward (``n_s``, 1 for a plain decode), by the engine's rule.
     start, steps : np.ndarray
         (R,) int64 per request: its first speculative step and its number of steps.
     baseline_batch : np.ndarray
@@ -66,6 +70,7 @@ class Schedule:
     baseline_batch: np.ndarray
     baseline_start: np.ndarray
     baseline_steps: np.ndarray
+    engine: str = "custom"
 
     def rows(self) -> list[dict[str, int]]:
         """The speculative schedule written out: ``{"step", "batch", "tokens"}`` per step."""
@@ -99,11 +104,13 @@ def _occupancy(start: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return np.cumsum(diff)[:total]
 
 
-def schedule(result: Any, *, concurrency: int | None = None) -> Schedule:
+def schedule(result: Any, *, concurrency: int | None = None,
+             engine: str | Engine = "custom") -> Schedule:
     """The per-step batch composition of a :class:`~ngramspec.SimulationResult`.
 
     It follows from the per-request step counts and the admission rule alone (see the module
-    docstring).  ``concurrency`` defaults to the result's.
+    docstring).  ``concurrency`` defaults to the result's; ``engine`` (``"custom"`` or
+    ``"sglang"``) sets the tokens per request of each step.
 
     Examples
     --------
@@ -118,7 +125,15 @@ def schedule(result: Any, *, concurrency: int | None = None) -> Schedule:
     >>> s = schedule(r)
     >>> s.batch.tolist(), s.start.tolist(), s.baseline_batch.tolist()
     ([2, 2, 2], [0, 0, 0, 2], [2, 2, 2, 2, 1])
+
+    ADAPTIVE in a custom loop sends its real trees; SGLang's worker sends every slot:
+
+    >>> a = ns.simulate(rows, config=ns.NgramConfig.recommended(draft_token_num=4,
+    ...                 capacity=1000), concurrency=2)
+    >>> schedule(a).tokens.tolist(), schedule(a, engine="sglang").tokens.tolist()
+    ([2, 3, 3], [4, 4, 4])
     """
+    rule = engine_of(engine)
     c = result.concurrency if concurrency is None else concurrency
     if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
         raise ValueError(f"concurrency must be an int >= 1, got {c!r}")
@@ -126,20 +141,17 @@ def schedule(result: Any, *, concurrency: int | None = None) -> Schedule:
     start = _starts(steps, int(c))
     batch = _occupancy(start, steps)
     cfg = result.config
-    if not cfg.mode.padded:
-        # ADAPTIVE sends its real drafts + the root; the step's forward is its largest tree.
-        idx = np.repeat(start, steps) + (np.arange(int(steps.sum()))
+    # Per request-step: the run's step it falls in, and its real drafts + the root.
+    step_of = np.repeat(start, steps) + (np.arange(int(steps.sum()))
                                          - np.repeat(np.cumsum(steps) - steps, steps))
-        tokens = np.ones(batch.size, np.int64)
-        sent = np.concatenate(result.drafts).astype(np.int64) + 1 if steps.sum() else \
-            np.zeros(0, np.int64)
-        np.maximum.at(tokens, idx, sent)
-    else:
-        tokens = np.full(batch.size, cfg.draft_token_num, np.int64)
+    sent = np.concatenate(result.drafts).astype(np.int64) + 1 if steps.sum() else \
+        np.zeros(0, np.int64)
+    tokens = step_tokens(rule, draft_token_num=cfg.draft_token_num, padded=cfg.mode.padded,
+                         steps=batch.size, step_of=step_of, sent=sent)
     base_steps = np.maximum(np.asarray(result.output_lens, np.int64) - 1, 0)
     base_start = _starts(base_steps, int(c))
     return Schedule(int(c), batch, tokens, start, steps, _occupancy(base_start, base_steps),
-                    base_start, base_steps)
+                    base_start, base_steps, rule.name)
 
 
 # --- prediction ---------------------------------------------------------------------------
@@ -161,6 +173,10 @@ class ServingPrediction:
         Drafting time added to every speculative step.
     tpot_ms, baseline_tpot_ms : dict
         Per-request time per output token, ``{"mean", "p50", "p90"}``.
+    engine : str
+        The engine priced (``"custom"`` or ``"sglang"``, :mod:`ngramspec.costs.engines`).
+    draft_source : str
+        Where ``draft_ms`` comes from (given, timed, included in the cost table).
     """
 
     concurrency: int
@@ -173,6 +189,8 @@ class ServingPrediction:
     draft_ms: float
     tpot_ms: dict[str, float] = field(default_factory=dict)
     baseline_tpot_ms: dict[str, float] = field(default_factory=dict)
+    engine: str = "custom"
+    draft_source: str = ""
 
     @property
     def speculative_tokens_per_s(self) -> float:
@@ -187,7 +205,8 @@ class ServingPrediction:
         return {"concurrency": self.concurrency, "steps": self.steps,
                 "baseline_steps": self.baseline_steps, "speculative_ms": self.speculative_ms,
                 "baseline_ms": self.baseline_ms, "speed_up": self.speed_up,
-                "tokens": self.tokens, "tpot_ms": dict(self.tpot_ms)}
+                "tokens": self.tokens, "tpot_ms": dict(self.tpot_ms), "engine": self.engine,
+                "draft_ms": self.draft_ms, "draft_source": self.draft_source}
 
 
 def _tpot(step_ms: np.ndarray, start: np.ndarray, steps: np.ndarray,
@@ -212,7 +231,8 @@ def _table_for(cost: Any, sched: Schedule) -> "CostTable":
 
 
 def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
-                    sched: Schedule | None = None) -> ServingPrediction:
+                    sched: Schedule | None = None,
+                    engine: str | Engine = "custom") -> ServingPrediction:
     """Predicted serving time with and without speculation (module docstring: the rule).
 
     Parameters
@@ -222,11 +242,18 @@ def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
     cost : CostTable or CostModel
         Forward times.
     draft_ms : float, optional
-        Drafting time per step; default ``result.step_api_ms_per_step`` (the step API a custom
-        loop runs, timed by :func:`~ngramspec.simulate`), else ``result.draft_ms_per_step``
-        (the compiled replay's own CPU time, a low estimate); 0 excludes drafting.
+        Drafting time per step; by default what the engine pays, timed on the result's
+        streams: ``"custom"``, ``result.step_api_ms_per_step`` (the step API a custom loop
+        runs); ``"sglang"``, ``result.sglang_ms_per_step`` (SGLang's worker calls on the
+        drop-in ``NgramCorpus``), or 0 with a cost table whose verify rows include drafting;
+        where the result has no such figure (streamed results), ``result.draft_ms_per_step``
+        (the compiled replay's own CPU time, a low estimate).  0 excludes drafting.
     sched : Schedule, optional
-        ``schedule(result)``, if already computed.
+        ``schedule(result, engine=engine)``, if already computed.
+    engine : {"custom", "sglang"}
+        The serving engine priced (:mod:`ngramspec.costs.engines`): a custom loop, or
+        SGLang's NGRAM worker, which verifies ``draft_token_num`` slots per request at every
+        step.
 
     Examples
     --------
@@ -246,11 +273,22 @@ def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
     (12, 132.0)
     >>> round(p.speed_up, 4), p.tpot_ms["p50"]
     (1.0154, 15.0)
+
+    Priced as SGLang's worker runs it (the same steps here: BFS sends every slot anyway):
+
+    >>> predict_serving(r, t, draft_ms=0, engine="sglang").speculative_ms
+    130.0
     """
-    sched = schedule(result) if sched is None else sched
+    rule = engine_of(engine)
+    if sched is None:
+        sched = schedule(result, engine=rule)
+    elif sched.engine != rule.name:
+        raise ValueError(f"sched was computed for engine {sched.engine!r}, not {rule.name!r}: "
+                         f"pass schedule(result, engine={rule.name!r})")
     if draft_ms is None:
-        api = getattr(result, "step_api_ms_per_step", None)
-        draft_ms = float(result.draft_ms_per_step if api is None else api)
+        draft_ms, source = drafting_ms(rule, result, cost)
+    else:
+        source = "given"
     if isinstance(draft_ms, bool) or not isinstance(draft_ms, (int, float)) or \
             not math.isfinite(draft_ms) or draft_ms < 0:
         raise ValueError(f"draft_ms must be a finite number of milliseconds >= 0, got "
@@ -266,7 +304,8 @@ def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
         baseline_ms=base_ms, speed_up=base_ms / spec_ms if spec_ms else math.nan,
         tokens=int(tokens.sum()), draft_ms=float(draft_ms),
         tpot_ms=_tpot(spec, sched.start, sched.steps, tokens),
-        baseline_tpot_ms=_tpot(base, sched.baseline_start, sched.baseline_steps, tokens))
+        baseline_tpot_ms=_tpot(base, sched.baseline_start, sched.baseline_steps, tokens),
+        engine=rule.name, draft_source=source)
 
 
 def verdict(predictions: Sequence[ServingPrediction]) -> str:

@@ -13,12 +13,13 @@ iteration's ``batch_put``).  With ``hooks``, the calls of the launcher's worker 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["accepted_length", "replay_worker"]
+__all__ = ["accepted_length", "replay_worker", "time_worker"]
 
 
 def accepted_length(tokens: np.ndarray, mask: np.ndarray, recorded: np.ndarray) -> int:
@@ -46,7 +47,8 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
                   outputs: Sequence[Sequence[int]], *, concurrency: int, max_trie_depth: int,
                   draft_token_num: int, hooks: bool = False,
                   on_get: Callable[[list, np.ndarray, np.ndarray], None] | None = None,
-                  legacy_branch_length: int | None = None) -> list[np.ndarray]:
+                  legacy_branch_length: int | None = None,
+                  limit: int | None = None) -> list[np.ndarray]:
     """Drive ``corpus`` through the worker's calls; per request, the tokens emitted at each of
     its verify steps (int32, as :attr:`ngramspec.SimulationResult.emitted`).
 
@@ -54,7 +56,8 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
     checks).  Request ids are ``"r<index>"``.  ``legacy_branch_length``: SGLang 0.5.9's worker
     instead (``NgramCache``): ``batch_get`` of the last ``max_trie_depth`` (there:
     ``max_match_window_size``) tokens without ids, ``batch_put`` of each request's last
-    ``legacy_branch_length`` tokens after appending what it emitted, no erase.
+    ``legacy_branch_length`` tokens after appending what it emitted, no erase.  ``limit``
+    stops after that many serving-loop iterations (the requests still running are erased).
     """
     legacy = legacy_branch_length is not None
     prompts = [np.asarray(p, np.int64) for p in prompts]
@@ -64,8 +67,10 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
     emitted: list[list[int]] = [[] for _ in range(n_req)]
     running: list[int] = []
     previous: list[int] = []
-    nxt = 0
+    nxt = iterations = 0
     while nxt < n_req or running:
+        if limit is not None and iterations >= limit:
+            break
         joined = []
         while nxt < n_req and len(running) < concurrency:  # admission: prefill emits one token
             done[nxt] = 1
@@ -111,6 +116,62 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
             corpus.erase_match_state([f"r{r}" for r in departed])
         previous = list(running)
         running = [r for r in running if done[r] < outputs[r].size]
+        iterations += 1
+    if running and not legacy:  # stopped at the limit
+        previous = sorted(set(previous) | set(running))
     if previous and not legacy:
         corpus.erase_match_state([f"r{r}" for r in previous])
     return [np.asarray(e, np.int32) for e in emitted]
+
+
+class _Timed:
+    """A corpus whose worker-facing calls are timed (their seconds summed)."""
+
+    CALLS = ("synchronize", "batch_get", "batch_put", "erase_match_state", "note_prompts",
+             "note_finished")
+
+    def __init__(self, corpus: Any) -> None:
+        self.corpus = corpus
+        self.seconds = 0.0
+        self.gets = 0
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.corpus, name)
+        if name not in self.CALLS:
+            return call
+
+        def timed(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            out = call(*args)
+            self.seconds += time.perf_counter() - t0
+            self.gets += name == "batch_get"
+            return out
+
+        return timed
+
+
+def time_worker(config: Any, prompts: Sequence[Sequence[int]],
+                outputs: Sequence[Sequence[int]], *, concurrency: int, steps: int,
+                costs: Any = None) -> tuple[float, int]:
+    """What SGLang's NGRAM worker spends in its drafter per serving-loop iteration, on
+    ngramspec's drop-in :class:`~ngramspec.integrations.sglang.NgramCorpus` running
+    ``config``: ``(seconds per iteration, iterations timed)``.
+
+    The worker's calls (:func:`replay_worker`, with the launcher hook's calls beyond SGLang)
+    run on the first ``steps`` iterations of the streams; the drafter's calls are timed, the
+    stand-in verification is not.  ``synchronize`` waits for the windows the previous
+    ``batch_put`` queued, so the whole insert counts (a server overlaps part of it with the
+    forward).  The same iterations run once untimed first, on another corpus, so that no
+    kernel compile is counted.
+    """
+    from .sglang import NgramCorpus
+
+    kwargs = dict(max_trie_depth=config.max_trie_depth,
+                  draft_token_num=config.draft_token_num)
+    hooks = not config.sglang_exact
+    for timed in (False, True):
+        corpus = NgramCorpus(**kwargs, config=config, costs=costs)
+        target = _Timed(corpus) if timed else corpus
+        replay_worker(target, prompts, outputs, concurrency=concurrency, hooks=hooks,
+                      limit=steps, **kwargs)
+    return target.seconds / max(target.gets, 1), target.gets

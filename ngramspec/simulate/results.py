@@ -139,6 +139,8 @@ class SimulationResult:
     accepted_by_source: dict[str, np.ndarray] | None = None
     step_api_seconds: float | None = None
     step_api_steps: int = 0
+    sglang_seconds: float | None = None
+    sglang_steps: int = 0
     _summary: Summary | None = field(default=None, repr=False)
     _step_api: tuple | None = field(default=None, repr=False)  # what to time, until timed
 
@@ -203,10 +205,37 @@ class SimulationResult:
             self.step_api_seconds = taken * (per_step + per_req * n_run /
                                              max(self.batch_steps, 1))
             self.step_api_steps = taken
-            self._step_api = None
         if self.step_api_seconds is None or not self.step_api_steps:
             return None
         return 1e3 * self.step_api_seconds / self.step_api_steps
+
+    @property
+    def sglang_ms_per_step(self) -> float | None:
+        """What SGLang's NGRAM worker pays per serving-loop iteration for drafting, ms: its
+        calls (``synchronize``, ``batch_get``, ``batch_put``, ``erase_match_state``; beyond
+        SGLang also the launcher hook's ``note_prompts`` and ``note_finished``) on ngramspec's
+        drop-in ``NgramCorpus`` running this configuration, timed on the first
+        ``step_api_steps`` iterations of these streams when first read; None if not timed.
+        What :func:`~ngramspec.costs.predict_serving` adds to each step with
+        ``engine="sglang"``.  For SGLang-exact settings the drop-in runs SGLang's algorithm
+        call for call on ngramspec's kernels: the figure stands in for SGLang's own C++
+        class, which is not needed to predict."""
+        if self.sglang_seconds is None and self._step_api is not None:
+            from ..integrations.sglang_replay import time_worker  # the engine's own calls
+
+            prompts, outputs, costs, steps = self._step_api
+            per_step, taken = time_worker(self.config, prompts, outputs,
+                                          concurrency=self.concurrency, steps=steps,
+                                          costs=costs)
+            self.sglang_seconds, self.sglang_steps = per_step * taken, taken
+        if self.sglang_seconds is None or not self.sglang_steps:
+            return None
+        return 1e3 * self.sglang_seconds / self.sglang_steps
+
+    @property
+    def sglang_timed(self) -> bool:
+        """Whether :attr:`sglang_ms_per_step` has been measured (it is, when first read)."""
+        return self.sglang_seconds is not None
 
     @property
     def step_api_timed(self) -> bool:
@@ -381,7 +410,13 @@ class StreamResult:
         predictions add the compiled replay's drafting time."""
         return None
 
+    @property
+    def sglang_ms_per_step(self) -> None:
+        """Not timed for streamed traffic (:attr:`SimulationResult.sglang_ms_per_step`)."""
+        return None
+
     step_api_timed = False
+    sglang_timed = False
 
     @property
     def output_tokens_per_second(self) -> float:
@@ -446,6 +481,8 @@ def _run_dict(result: Any, output_tokens: int) -> dict[str, Any]:
                    output_tokens=output_tokens, draft_ms_per_step=result.draft_ms_per_step,
                    step_api_ms_per_step=(result.step_api_ms_per_step
                                          if result.step_api_timed else None),
+                   sglang_ms_per_step=(result.sglang_ms_per_step
+                                       if result.sglang_timed else None),
                    wall_seconds=result.wall_seconds,
                    output_tokens_per_second=result.output_tokens_per_second)
     return {"config": asdict(result.config), "summary": summary}

@@ -47,7 +47,10 @@ class Job:
     cost : CostTable or CostModel, optional
         With a cost, the record carries the serving prediction.
     draft_ms : float, optional
-        Drafting time per serving step for the prediction (default: measured).
+        Drafting time per serving step for the prediction (default: what the engine pays,
+        measured).
+    engine : str
+        The serving engine the prediction prices (:mod:`ngramspec.costs.engines`).
     by : str, optional
         A metadata field whose per-value figures the record also carries.
     sweep : str
@@ -62,6 +65,7 @@ class Job:
     backend: str = "numba"
     cost: Cost | None = None
     draft_ms: float | None = None
+    engine: str = "custom"
     by: str | None = None
     sweep: str = ""
 
@@ -125,13 +129,13 @@ def run_job(job: Job, parts: Mapping[str, list[dict]]) -> dict:
                draft_nodes_per_step=s.draft_nodes_per_step,
                share_steps_with_draft=s.share_steps_with_draft, speedup=None,
                speculative_tokens_per_s=None, baseline_tokens_per_s=None, prediction=None,
-               group_by=job.by, groups=None if job.by is None else
+               engine=job.engine if job.cost is not None else None, group_by=job.by, groups=None if job.by is None else
                {k: v.to_dict() for k, v in r.by(job.by).items()},
                draft_ms_per_step=r.draft_ms_per_step, wall_seconds=r.wall_seconds,
                task_seconds=None, finished_at=None)
     if job.cost is not None:
         # Predicted in the worker: the per-request step counts need not travel back.
-        p = predict_serving(r, job.cost, draft_ms=job.draft_ms)
+        p = predict_serving(r, job.cost, draft_ms=job.draft_ms, engine=job.engine)
         out.update(prediction=dict(p.to_dict(), concurrency=job.concurrency),
                    speedup=p.speed_up, speculative_tokens_per_s=p.speculative_tokens_per_s,
                    baseline_tokens_per_s=p.baseline_tokens_per_s)

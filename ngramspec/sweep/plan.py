@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from ..costs import engine_of
 from .executors import Executor, LocalExecutor
 from .jobs import Cost, Job, cost_fingerprint, job_key, run_job, streams_digest, warm_kernels
 from .results import ResultsFile, fingerprint
@@ -79,7 +80,7 @@ class Finished:
 def plan_sweep(rows: Sequence[dict], grid: Sequence[Mapping[str, Any]], *,
                concurrency: Sequence[int] = (1,), base: Mapping[str, Any] | None = None,
                backend: str = "numba", cost: Cost | None = None,
-               draft_ms: float | None = None, by: str | None = None,
+               draft_ms: float | None = None, engine: str = "custom", by: str | None = None,
                holdout: float | str | None = None) -> SweepPlan:
     """Plan a sweep of ``grid`` over ``rows``.
 
@@ -98,7 +99,9 @@ def plan_sweep(rows: Sequence[dict], grid: Sequence[Mapping[str, Any]], *,
     cost : CostTable or CostModel, optional
         Predict the serving speed-up of every job.
     draft_ms : float, optional
-        Drafting time per step for the prediction (default: measured).
+        Drafting time per step for the prediction (default: what the engine pays, measured).
+    engine : {"custom", "sglang"}
+        The serving engine the predictions price (:mod:`ngramspec.costs.engines`).
     by : str, optional
         Also record figures per value of this metadata field.
     holdout : float or str, optional
@@ -123,6 +126,7 @@ def plan_sweep(rows: Sequence[dict], grid: Sequence[Mapping[str, Any]], *,
     [8, 4]
     """
     base = dict(base or {})
+    engine = engine_of(engine).name
     rows = list(rows)
     if holdout is not None:
         tune, held, split = sweep_holdout(
@@ -133,10 +137,11 @@ def plan_sweep(rows: Sequence[dict], grid: Sequence[Mapping[str, Any]], *,
         parts = {"all": rows}
     sweep = fingerprint({"streams": streams_digest(parts), "base": base, "backend": backend,
                          "draft_ms": draft_ms, "by": by, "cost": cost_fingerprint(cost),
-                         "holdout": split})
+                         "holdout": split, "engine": engine})
     jobs = [Job(options=dict(options), concurrency=asked,
                 run_concurrency=min(asked, len(part_rows)), part=part, base=base,
-                backend=backend, cost=cost, draft_ms=draft_ms, by=by, sweep=sweep)
+                backend=backend, cost=cost, draft_ms=draft_ms, engine=engine, by=by,
+                sweep=sweep)
             for part, part_rows in parts.items() for options in grid for asked in concurrency]
     return SweepPlan(parts, jobs, sweep, split)
 

@@ -26,8 +26,8 @@ except ImportError:  # not POSIX: an exclusive lock file instead
 __all__ = ["ResultsFile", "ResultsFileError", "RESULT_FIELDS", "TIMING_FIELDS", "SCHEMA_VERSION",
            "fingerprint"]
 
-#: Version of the record layout below.
-SCHEMA_VERSION = 1
+#: Version of the record layout below (2: ``engine``, the serving engine priced).
+SCHEMA_VERSION = 2
 
 #: Every field of a record, with its kind: str, int, float, floats (list), json (nested).
 RESULT_FIELDS: dict[str, str] = {
@@ -40,7 +40,7 @@ RESULT_FIELDS: dict[str, str] = {
     "acceptance_by_depth": "floats", "draft_nodes_per_step": "float",
     "share_steps_with_draft": "float", "speedup": "float",
     "speculative_tokens_per_s": "float", "baseline_tokens_per_s": "float",
-    "prediction": "json", "group_by": "str", "groups": "json",
+    "prediction": "json", "engine": "str", "group_by": "str", "groups": "json",
     "draft_ms_per_step": "float", "wall_seconds": "float", "task_seconds": "float",
     "finished_at": "str",
 }

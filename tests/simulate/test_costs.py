@@ -257,8 +257,12 @@ def _written_out(requests, c, n_tree, adaptive=False):
     return rows
 
 
+@pytest.mark.parametrize("engine", ["custom", "sglang"])
 @pytest.mark.parametrize("match_type", ["BFS", "ADAPTIVE"])
-def test_printed_speed_up_is_the_formula_on_the_written_out_schedule(few, tmp_path, match_type):
+def test_printed_speed_up_is_the_formula_on_the_written_out_schedule(few, tmp_path, match_type,
+                                                                       engine):
+    """The JSON's per-request steps written out by hand and priced by each engine's rule:
+    a custom loop sends ADAPTIVE's real trees, SGLang's worker 8 slots at every step."""
     from ngramspec.streams import write_streams
     streams = tmp_path / "s.jsonl"
     write_streams(few, streams)
@@ -268,11 +272,12 @@ def test_printed_speed_up_is_the_formula_on_the_written_out_schedule(few, tmp_pa
     report = tmp_path / "r.json"
     code, text = run(["simulate", str(streams), "--cost-table", str(tmp_path / "t.csv"),
                       "--concurrency", "4", "--draft-token-num", "8", "--match-type",
-                      match_type, "--draft-ms", "0.5", "--json", str(report), "--no-progress"])
+                      match_type, "--draft-ms", "0.5", "--json", str(report), "--no-progress",
+                      "--engine", engine])
     assert code == 0
     data = json.loads(report.read_text())
     reqs = data["requests"]
-    rows = _written_out(reqs, 4, 8, adaptive=match_type == "ADAPTIVE")
+    rows = _written_out(reqs, 4, 8, adaptive=match_type == "ADAPTIVE" and engine == "custom")
 
     def t(b, n):  # the table, interpolated by hand between its two token counts
         lo, hi = table[(1, 1)], table[(1, 8)]
@@ -290,7 +295,9 @@ def test_printed_speed_up_is_the_formula_on_the_written_out_schedule(few, tmp_pa
     base = sum(t(len(run_), 1) for run_, _ in base_rows)
     (pred,) = data["prediction"]
     assert set(pred) == {"concurrency", "steps", "baseline_steps", "speculative_ms",
-                         "baseline_ms", "speed_up", "tokens", "tpot_ms"}
+                         "baseline_ms", "speed_up", "tokens", "tpot_ms", "engine", "draft_ms",
+                         "draft_source"}
+    assert pred["engine"] == data["engine"] == engine and pred["draft_ms"] == 0.5
     assert set(pred["tpot_ms"]) == {"mean", "p50", "p90"}
     assert pred["steps"] == len(rows) and pred["baseline_steps"] == len(base_rows)
     assert pred["speculative_ms"] == pytest.approx(spec, rel=1e-12)

@@ -1,0 +1,139 @@
+"""How each serving engine prices a step: one small table of rules.
+
+A simulated step of ``b`` requests costs ``t(b, n) + draft_ms``; the engine that runs the
+drafts decides ``n`` (the query tokens per request the forward processes) and which
+drafting time is added.  Each engine is one row of :data:`ENGINES`:
+
+- ``"custom"``: a decode loop of your own around :class:`~ngramspec.Drafter`.  SGLang's BFS
+  and PROB trees are sent whole (``draft_token_num`` slots, padding included); ADAPTIVE
+  sends its real drafts + the root (the batch's largest tree), so a step where no request
+  has a draft is a plain decode (``n = 1``).  Drafting: the step API timed on your streams
+  (:attr:`~ngramspec.SimulationResult.step_api_ms_per_step`).
+- ``"sglang"``: SGLang 0.5.23's NGRAM worker.  It verifies exactly ``draft_token_num`` slots
+  for every request at every step (its ``ngram_worker.py`` asserts ``total_draft_token_num ==
+  bs * draft_token_num``; the drop-in pads ADAPTIVE trees to that width), and while
+  speculation is on no step is a plain decode: ``n = draft_token_num`` always.  Drafting: the
+  worker's calls on ngramspec's drop-in ``NgramCorpus`` (``synchronize``, ``batch_get``,
+  ``batch_put``, ``erase_match_state``, and the launcher hook's ``note_prompts`` /
+  ``note_finished`` beyond SGLang) timed on your streams
+  (:attr:`~ngramspec.SimulationResult.sglang_ms_per_step`).  For SGLang-exact settings that
+  is SGLang's algorithm call for call, on ngramspec's kernels, standing in for SGLang's own
+  C++ class (not needed to predict; ``benchmarks/studies/sglang_adapter.py`` compares the two
+  per call).  A cost table whose verify rows were recorded on an NGRAM server already holds
+  the drafter's time (``drafting_included``): nothing is added on top.
+
+The baseline (no speculation) is the same for every engine: one decode token per request
+per step, ``t(b, 1)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Engine", "ENGINES", "ENGINE_NAMES", "engine_of", "step_tokens", "drafting_ms"]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's pricing rule.
+
+    Attributes
+    ----------
+    name : str
+        ``"custom"`` or ``"sglang"`` (the ``engine=`` value and the ``--engine`` flag).
+    fixed_width : bool
+        Every request sends ``draft_token_num`` slots at every step (no plain decode while
+        speculation is on); else ADAPTIVE's real trees set the width.
+    drafting : str
+        The :class:`~ngramspec.SimulationResult` attribute holding the drafting time per
+        step this engine pays (the compiled replay's own time where it is None).
+    words : str
+        How reports name the engine.
+    """
+
+    name: str
+    fixed_width: bool
+    drafting: str
+    words: str
+
+
+ENGINES: dict[str, Engine] = {
+    "custom": Engine("custom", False, "step_api_ms_per_step",
+                     "a custom loop (real ADAPTIVE trees, plain decodes without drafts)"),
+    "sglang": Engine("sglang", True, "sglang_ms_per_step",
+                     "SGLang's NGRAM worker (draft_token_num slots per request, every step)"),
+}
+
+#: The names ``engine=`` and ``--engine`` take.
+ENGINE_NAMES = tuple(ENGINES)
+
+
+def engine_of(engine: Any) -> Engine:
+    """The rule named ``engine`` (an :class:`Engine` passes through).
+
+    Examples
+    --------
+    >>> engine_of("sglang").fixed_width
+    True
+    >>> engine_of("vllm")
+    Traceback (most recent call last):
+    ...
+    ValueError: engine must be one of custom, sglang, got 'vllm'
+    """
+    if isinstance(engine, Engine):
+        return engine
+    if isinstance(engine, str) and engine in ENGINES:
+        return ENGINES[engine]
+    raise ValueError(f"engine must be one of {', '.join(ENGINE_NAMES)}, got {engine!r}")
+
+
+def step_tokens(engine: Engine, *, draft_token_num: int, padded: bool, steps: int,
+                step_of: np.ndarray, sent: np.ndarray) -> np.ndarray:
+    """``n_s`` of every step: query tokens per request in its forward.
+
+    Parameters
+    ----------
+    engine : Engine
+    draft_token_num : int
+        The configuration's slots per request.
+    padded : bool
+        Whether the match mode sends whole padded trees (SGLang's BFS and PROB).
+    steps : int
+        Steps in the run.
+    step_of, sent : np.ndarray
+        Per request-step, the run's step it falls in and its real drafts + 1 (the root).
+
+    Examples
+    --------
+    >>> step_of, sent = np.array([0, 0, 1]), np.array([3, 1, 1])
+    >>> step_tokens(ENGINES["custom"], draft_token_num=8, padded=False, steps=3,
+    ...             step_of=step_of, sent=sent).tolist()
+    [3, 1, 1]
+    >>> step_tokens(ENGINES["sglang"], draft_token_num=8, padded=False, steps=3,
+    ...             step_of=step_of, sent=sent).tolist()
+    [8, 8, 8]
+    """
+    if engine.fixed_width or padded:
+        return np.full(steps, draft_token_num, np.int64)
+    tokens = np.ones(steps, np.int64)
+    np.maximum.at(tokens, step_of, sent)
+    return tokens
+
+
+def drafting_ms(engine: Engine, result: Any, cost: Any) -> tuple[float, str]:
+    """The drafting time per step ``engine`` pays on ``result``'s streams, and where the figure
+    comes from (for reports).
+
+    A cost table whose verify rows hold the drafter's time (``drafting_included``) gives 0 for
+    the SGLang engine: the step times already hold it."""
+    if engine.fixed_width and getattr(cost, "drafting_included", False):
+        return 0.0, "included in the cost table's verify rows"
+    measured = getattr(result, engine.drafting, None)
+    if measured is not None:
+        where = ("the step API, timed" if engine.name == "custom" else
+                 "SGLang's worker calls on the drop-in NgramCorpus, timed")
+        return float(measured), where
+    return float(result.draft_ms_per_step), "the compiled replay's own time (a low estimate)"
