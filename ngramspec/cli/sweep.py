@@ -11,10 +11,14 @@ import time
 from typing import Any, TextIO
 
 from ..config import NgramConfig
-from ..costs import CostModel, CostTable, ServingPrediction, parse_concurrency, verdict
+from ..config_toml import render_ranking
+from ..costs import (ENGINES, CostModel, CostTable, ServingPrediction, parse_concurrency,
+                     verdict)
+from ..sweep.budget import BUDGETS
 from ..sweep import (EXECUTORS, Job, ResultsFile, SweepPlan, expand_grid, make_executor,
                      pair_holdout, plan_sweep, rank, run_sweep)
-from ._options import (add_common, base_options, check_cost_covers, check_executor_args,
+from ._options import (add_common, base_options, check_cost_covers, check_engine,
+                       check_executor_args,
                        check_out_file, config_fields, cost_label, cost_model, default_jobs,
                        kind_of, load, make_config, parse_list, preset_of, write_atomic)
 from ._report import (ProgressBar, check_plot, options_label, pct, plot_concurrency,
@@ -56,9 +60,11 @@ def add_arguments(sw: argparse.ArgumentParser) -> None:
                     help="hold out the requests whose metadata FIELD is one of the VALUEs "
                          "(e.g. day=2025-06-02 or tenant=b,c); rank on the others")
     sw.add_argument("--best-as", choices=["sglang", "toml"], default=None,
-                    help="print the winner as SGLang server flags (SGLang-exact settings "
-                         "only) or as a TOML file for --config: the preset the sweep started "
-                         "from (preset = NAME) and the fields that differ from it")
+                    help="print the winner as SGLang server flags (needs --engine sglang; "
+                         "settings beyond SGLang: a TOML file and the sglang-launch line that "
+                         "serves it) or as a TOML file for --config: the preset the sweep "
+                         "started from (preset = NAME), the fields that differ from it and "
+                         "how it was ranked ([ranking])")
     sw.add_argument("--best-out", metavar="FILE",
                     help="write the winner to FILE in the --best-as format (default toml, a "
                          "file for --config); checked before the sweep starts")
@@ -91,8 +97,13 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
     if args.plot:
         check_plot(args.plot)
     cost = cost_model(args)
+    check_engine(args, cost)
+    if best_as == "sglang" and args.engine != "sglang":
+        raise ValueError("--best-as sglang chooses the setting for SGLang's server: rank it as "
+                         "SGLang runs it, add --engine sglang (and a cost: --cost-table, or "
+                         "--step-ms and --token-ms)")
     base = base_options(args)
-    grid, tree_sizes = _grid(args, base, best_as)
+    grid, tree_sizes, searched = _grid(args, base, best_as)
     conc = parse_concurrency(args.concurrency)
     all_rows, label = load(args)
     if args.by is not None and not any(args.by in r for r in all_rows):
@@ -101,7 +112,7 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
                          f"{', '.join(fields)}")
     holdout = args.holdout is not None or args.holdout_by is not None
     plan = plan_sweep(all_rows, grid, concurrency=conc, base=base, backend=args.backend,
-                      cost=cost, draft_ms=args.draft_ms, by=args.by,
+                      cost=cost, draft_ms=args.draft_ms, engine=args.engine, by=args.by,
                       holdout=args.holdout if args.holdout is not None else args.holdout_by)
     rows = plan.parts["tune" if holdout else "all"]
     held, split = plan.parts.get("holdout", []), plan.holdout
@@ -139,7 +150,12 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
                  f"on {len(rows)} requests from {label}")
     out.write(f"ngramspec sweep: {len(results)} settings {ranked_on} "
               f"({time.perf_counter() - t0:.1f} s, {_executor_label(args, jobs)}); ranked by "
-              f"{'predicted speed-up' if cost else 'tokens per verify step'}\n\n")
+              f"{'predicted speed-up' if cost else 'tokens per verify step'}"
+              f"{' on ' + ENGINES[args.engine].words if cost else ''}\n")
+    if searched:
+        out.write(f"searched for SGLang's slots: {searched} (give the flags to choose "
+                  "others)\n")
+    out.write("\n")
     cols = ["rank"] + names + ["tokens/step"] + (["hold-out tokens/step"] if holdout else []) + [
         "drafts/step", "steps with a draft"]
     if cost is not None:
@@ -162,8 +178,9 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
     if any(asked != c for asked, c in levels):
         out.write(f"(concurrency above {len(rows)} requests runs at {len(rows)})\n")
     if cost is not None:
-        out.write(f"\ncost: {cost_label(cost, args)}; speed-up = baseline time / speculative "
-                  "time of the whole run at that concurrency (prefill not modelled)\n")
+        out.write(f"\ncost: {cost_label(cost, args)}; engine: {args.engine}; speed-up = "
+                  "baseline time / speculative time of the whole run at that concurrency "
+                  "(prefill not modelled)\n")
         if len(conc) > 1:
             ranked = sorted(by_config.items(), key=lambda kv: -max(r["speedup"] for r in kv[1]))
             out.write("verdicts (best configs first):\n")
@@ -176,6 +193,7 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
             json.dump({"cost_model": dataclasses.asdict(cost) if isinstance(cost, CostModel)
                        else None,
                        "cost_table": cost.points() if isinstance(cost, CostTable) else None,
+                       "engine": args.engine if cost is not None else None,
                        "base": base, "holdout": split or None,
                        "results": results}, f)
     if args.plot:
@@ -187,20 +205,7 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
             plot_sweep(results, args.plot, cost is not None, label)
         out.write(f"plot written to {args.plot}\n")
     if best_as is not None:
-        best_cfg = NgramConfig(**{**base, **results[0]["options"]})
-        preset = preset_of(args)
-        text = (best_cfg.to_toml(preset=preset) if best_as == "toml"
-                else sglang_flags(best_cfg.to_sglang_args()) + "\n")
-        if args.best_as == "toml":
-            out.write(f"\nbest setting as TOML (save it and pass --config FILE, alone or "
-                      f"with --preset {preset}):\n" + text)
-        elif args.best_as == "sglang":
-            out.write("\nbest setting as SGLang server flags:\n" + text)
-        if args.best_out is not None:
-            write_atomic(args.best_out, text)
-            how = (f"TOML; ngramspec simulate --config {args.best_out} runs it"
-                   if best_as == "toml" else "SGLang server flags")
-            out.write(f"best setting written to {args.best_out} ({how})\n")
+        _write_best(args, out, results[0], base, best_as, cost, holdout)
     if results_file is not None:
         out.write(f"results in {args.out} ({len(done)} settings)\n")
     if failed:
@@ -211,11 +216,26 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
 
 
 def _grid(args: argparse.Namespace, base: dict[str, Any], best_as: str | None
-          ) -> tuple[list[dict], set[int]]:
-    """The grid of the comma lists, every point checked before any runs, and the tree sizes
-    (draft_token_num) of its settings."""
+          ) -> tuple[list[dict], set[int], str]:
+    """The grid of the comma lists, every point checked before any runs, the tree sizes
+    (draft_token_num) of its settings, and the axes added for SGLang's slots (words; empty if
+    none).
+
+    Priced as SGLang runs it (``--engine sglang``), slots are the cost: without
+    ``--draft-token-num`` the grid searches :data:`~ngramspec.sweep.budget.BUDGETS`, and for
+    ADAPTIVE without ``--min-token-prob`` also 0 (drafts fill the slots SGLang verifies
+    anyway) beside the setting's own value."""
     axes = {f.name: parse_list(f.name, getattr(args, f.name), kind_of(f))
             for f in config_fields() if getattr(args, f.name) is not None}
+    added = []
+    if args.engine == "sglang" and "draft_token_num" not in axes:
+        axes["draft_token_num"] = list(BUDGETS)
+        added.append("--draft-token-num " + ",".join(map(str, BUDGETS)))
+        start = make_config(base, {k: v[0] for k, v in axes.items()}, args)
+        if start.match_type == "ADAPTIVE" and "min_token_prob" not in axes and \
+                start.min_token_prob > 0:
+            axes["min_token_prob"] = [start.min_token_prob, 0.0]
+            added.append(f"--min-token-prob {start.min_token_prob:g},0")
     grid = expand_grid(axes)
     sizes = set()
     for options in grid:
@@ -223,12 +243,66 @@ def _grid(args: argparse.Namespace, base: dict[str, Any], best_as: str | None
         sizes.add(cfg.draft_token_num)
         if best_as == "sglang":
             try:
-                cfg.to_sglang_args()
+                cfg.to_sglang_args(plugin=not cfg.sglang_exact)
             except ValueError as e:
                 raise ValueError(f"--best-as sglang: {e} (in the setting "
                                  f"{options_label(options, []) if options else 'given'})"
                                  ) from None
-    return grid, sizes
+    return grid, sizes, "; ".join(added)
+
+
+def _ranking(args: argparse.Namespace, best: dict, cost: Any) -> dict[str, Any]:
+    """How the winner was ranked: the ``[ranking]`` table of its TOML."""
+    ranking: dict[str, Any] = {"engine": args.engine if cost is not None else "none",
+                               "concurrency": int(best["concurrency"])}
+    if cost is not None:
+        ranking.update(speed_up=round(float(best["speedup"]), 4),
+                       cost=cost_label(cost, args))
+    return ranking
+
+
+def _write_best(args: argparse.Namespace, out: TextIO, best: dict, base: dict[str, Any],
+                best_as: str, cost: Any, holdout: bool) -> None:
+    """The winner as TOML (with how it was ranked) or as SGLang's server flags (the plugin's
+    launch line for settings beyond SGLang), printed and, with --best-out, written."""
+    best_cfg = NgramConfig(**{**base, **best["options"]})
+    preset = preset_of(args)
+    at = int(best["concurrency"])
+    if cost is not None:
+        figure = best["holdout"]["speedup"] if holdout else best["speedup"]
+        if not figure > 1:
+            where = "on the hold-out part " if holdout else ""
+            out.write(f"\nwarning: the best setting is predicted {_x(figure)} {where}at "
+                      f"concurrency {at}: do not enable speculation at this load\n")
+    toml = best_cfg.to_toml(preset=preset) + render_ranking(_ranking(args, best, cost))
+    if best_as == "toml":
+        text = toml
+        if args.best_as == "toml":  # asked to print it (--best-out alone only writes it)
+            out.write(f"\nbest setting as TOML (save it and pass --config FILE, alone or "
+                      f"with --preset {preset}):\n" + text)
+    elif best_cfg.sglang_exact:
+        text = sglang_flags(best_cfg.to_sglang_args()) + "\n"
+        out.write("\nbest setting as SGLang server flags:\n" + text)
+    else:
+        text = toml
+        where = args.best_out or "best.toml"
+        slots = best_cfg.draft_token_num
+        out.write(f"\nbest setting: beyond SGLang's options, it runs on ngramspec's drafter "
+                  f"in SGLang's server; save this TOML as {where}:\n{text}\nand start the "
+                  f"server with (it adds --speculative-num-draft-tokens {slots} and the other "
+                  f"speculative flags):\n  ngramspec sglang-launch --config {where} -- "
+                  "--model-path MODEL\n")
+    if args.best_out is not None:
+        write_atomic(args.best_out, text)
+        how = ("SGLang server flags" if text is not toml else
+               f"TOML; ngramspec simulate --config {args.best_out} runs it"
+               + ("" if best_as == "toml" else
+                  f", ngramspec sglang-launch --config {args.best_out} serves it"))
+        out.write(f"best setting written to {args.best_out} ({how})\n")
+
+
+def _x(speed_up: float) -> str:
+    return f"{speed_up:.2f}x"
 
 
 def _part_label(job: Job, conc: list[int], holdout: bool) -> str:

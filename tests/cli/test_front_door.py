@@ -35,7 +35,10 @@ def cli_config(*argv: str) -> ns.NgramConfig:
 
 
 def settings_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line and not line.startswith("#")]
+    """The configuration's lines of a TOML (its [ranking] table, how a sweep ranked it, is not
+    a setting)."""
+    lines = text.split("\n[ranking]\n")[0].splitlines()
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 def no_run(*args, **kwargs):
@@ -118,11 +121,13 @@ def test_best_out_writes_the_winner(streams, tmp_path):
                       str(best_toml), "--jobs", "1", "--json", str(report), "--no-progress"])
     assert code == 0
     winner = ns.NgramConfig(**json.loads(report.read_text())["results"][0]["options"])
-    assert best_toml.read_text() == winner.to_toml(preset="sglang")
+    assert best_toml.read_text() == winner.to_toml(preset="sglang") + \
+        '\n[ranking]\nengine = "none"\nconcurrency = 1\n'
     assert text.endswith(f"best setting written to {best_toml} (TOML; ngramspec simulate "
                          f"--config {best_toml} runs it)\n")
     assert "best setting as TOML" not in text
     code, text = run(["sweep", str(path), "--draft-token-num", "4,8", "--best-as", "sglang",
+                      "--engine", "sglang", "--step-ms", "12", "--token-ms", "0.1",
                       "--best-out", str(flags), "--jobs", "1", "--no-progress"])
     assert code == 0
     printed = text.split("best setting as SGLang server flags:\n")[1].splitlines()[0]

@@ -44,7 +44,7 @@ def few(corpus):
     return rows
 
 
-@pytest.mark.parametrize("name", ["table", "serving", "checks"])
+@pytest.mark.parametrize("name", ["table", "serving", "checks", "engines"])
 def test_docstring_examples(name):
     costs_module = importlib.import_module(f"ngramspec.costs.{name}")
     result = doctest.testmod(costs_module, optionflags=doctest.ELLIPSIS |
