@@ -262,7 +262,8 @@ def test_sweep_holdout_by_field(streams, capsys):
 def test_sweep_best_as(streams, tmp_path, capsys):
     path, rows = streams
     code, text = run(["sweep", str(path), "--draft-token-num", "4,8", "--match-type",
-                      "BFS,PROB", "--best-as", "sglang", "--jobs", "1", "--no-progress"])
+                      "BFS,PROB", "--best-as", "sglang", "--engine", "sglang", "--step-ms", "12",
+                      "--token-ms", "0.1", "--jobs", "1", "--no-progress"])
     assert code == 0
     flags = text.split("best setting as SGLang server flags:\n")[1].split()
     args = dict(zip(flags[::2], flags[1::2]))
@@ -285,7 +286,8 @@ def test_sweep_best_as(streams, tmp_path, capsys):
     assert f"{ns.simulate(rows, config=best).tokens_per_step:.3f}" in again
     code, _ = run(["sweep", str(path), "--preset", "recommended", "--best-as", "sglang"])
     err = capsys.readouterr().err
-    assert code == 2 and "--best-as sglang: SGLang has no option for index_prompt=True" in err
+    assert code == 2 and "--best-as sglang chooses the setting for SGLang's server" in err
+    assert "add --engine sglang" in err
 
 
 @pytest.mark.parametrize("with_out", [True, False])
