@@ -186,7 +186,8 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
             out.write("verdicts (best configs first):\n")
             for name, rs in ranked[:args.top or 10]:
                 preds = [ServingPrediction(r["concurrency"], 0, 0, 1.0, r["speedup"],
-                                           r["speedup"], 0, 0.0) for r in rs]
+                                           r["speedup"], 0, 0.0, engine=args.engine)
+                         for r in rs]
                 out.write(f"  {name}: {verdict(preds)}\n")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

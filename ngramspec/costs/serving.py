@@ -318,6 +318,12 @@ def verdict(predictions: Sequence[ServingPrediction]) -> str:
     ...                                                                     (16, 0.9)]]
     >>> verdict(ps)
     'pays off up to concurrency 4: disable above (0.90x at 16)'
+
+    SGLang 0.5.23 has no per-batch-size switch for NGRAM, so the verdict says what to do:
+
+    >>> import dataclasses
+    >>> print(verdict([dataclasses.replace(p, engine="sglang") for p in ps]))
+    pays off up to concurrency 4: disable above (0.90x at 16); SGLang cannot switch NGRAM off by batch size: serve it only where the load stays at or below 4 requests (e.g. --max-running-requests 4 on a pool of its own)
     """
     if not predictions:
         raise ValueError("no predictions to judge")
@@ -332,9 +338,14 @@ def verdict(predictions: Sequence[ServingPrediction]) -> str:
                 f"({ps[-1].speed_up:.2f}x there)")
     first_bad = next(i for i, p in enumerate(ps) if p.speed_up <= 1)
     if all(p.speed_up <= 1 for p in ps[first_bad:]) and first_bad > 0:
-        bad = ps[first_bad]
-        return (f"pays off up to concurrency {ps[first_bad - 1].concurrency}: disable above "
+        bad, top = ps[first_bad], ps[first_bad - 1].concurrency
+        line = (f"pays off up to concurrency {top}: disable above "
                 f"({bad.speed_up:.2f}x at {bad.concurrency})")
+        if ps[0].engine == "sglang":
+            line += (f"; SGLang cannot switch NGRAM off by batch size: serve it only where "
+                     f"the load stays at or below {top} requests (e.g. --max-running-requests "
+                     f"{top} on a pool of its own)")
+        return line
     return ("pays off only at concurrency " + ", ".join(str(p.concurrency) for p in good)
             + ": not monotonic, measure between these levels")
 
