@@ -101,6 +101,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if cost is not None or len(done) > 1:
         out.write("\n" + format_predictions(done, cost_label(cost, args) if cost else "")
                   + "\n")
+    if cost is not None and args.engine == "sglang" and config.min_expected_accept != 0:
+        out.write(f"note: min_expected_accept={config.min_expected_accept} empties trees that "
+                  "are not expected to pay, but SGLang verifies draft_token_num slots at "
+                  "every step anyway: there it saves no forward time, only drafts\n")
     if args.json:
         report = first.to_dict(by=args.by)
         if len(done) > 1:

@@ -188,3 +188,12 @@ def test_a_winner_slower_than_no_speculation_is_warned(stream_file):
     assert code == 0
     assert "warning: the best setting is predicted 0." in text
     assert "do not enable speculation at this load" in text
+
+
+def test_a_cost_gate_is_named_useless_under_sglang(stream_file):
+    code, text = run(["simulate", str(stream_file), "--preset", "recommended-cost-aware",
+                      "--step-ms", "12", "--token-ms", "0.1", "--engine", "sglang",
+                      "--draft-ms", "0", "--no-progress"])
+    assert code == 0
+    assert "note: min_expected_accept=4.0 empties trees" in text
+    assert "predicted serving on SGLang's NGRAM worker" in text
