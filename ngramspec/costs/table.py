@@ -22,9 +22,13 @@ import numpy as np
 
 from .model import CostModel
 
-__all__ = ["CostTable", "CostTableError", "Cost"]
+__all__ = ["CostTable", "CostTableError", "Cost", "csv_text", "DRAFTING_MARK"]
 
 COLUMNS = ("batch", "tokens", "ms")
+
+#: The line before a CSV table's header that says its verify rows include drafting
+#: (:attr:`CostTable.drafting_included`); :meth:`CostTable.parse` reads it back.
+DRAFTING_MARK = "# drafting included in verify rows"
 
 Cost = Union["CostTable", CostModel]
 
@@ -87,6 +91,11 @@ class CostTable:
         single measured value) instead of raising :class:`CostTableError`.
     source : str
         Where the points came from (named in error messages).
+    drafting_included : bool
+        The verify rows (``tokens > 1``) are whole step times with the drafter's time in them
+        (as an NGRAM server records its steps): a prediction adds no drafting time on top.
+        Kept by :meth:`to_csv` (the line :data:`DRAFTING_MARK` before the header) and
+        :meth:`to_json` (``"drafting_included": true``), and read back by :meth:`parse`.
 
     Examples
     --------
@@ -102,15 +111,21 @@ class CostTable:
     ngramspec.costs.CostTableError: cost table has no point for batch=8 (measured batch 1..4); ...
     >>> round(CostTable(t.points(), extrapolate=True).ms(8, 8), 4)
     32.6667
+    >>> v = CostTable(t.points(), drafting_included=True)
+    >>> print(v.to_csv().splitlines()[0])
+    # drafting included in verify rows
+    >>> CostTable.parse(v.to_csv()).drafting_included, CostTable.parse(v.to_json())
+    (True, CostTable(batch=[1, 4], tokens=[1, 8], extrapolate=False, drafting_included=True))
     """
 
     #: How an error names the switch that allows extrapolation (the command line sets its flag).
     extrapolation_words = "extrapolate=True"
 
     def __init__(self, points: Iterable[Any], *, extrapolate: bool = False,
-                 source: str = "cost table") -> None:
-        if not isinstance(extrapolate, bool):
-            raise TypeError(f"extrapolate must be a bool, got {type(extrapolate).__name__}")
+                 source: str = "cost table", drafting_included: bool = False) -> None:
+        for name, flag in (("extrapolate", extrapolate), ("drafting_included", drafting_included)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
         if isinstance(points, (str, bytes, Mapping)):
             raise TypeError("points must be an iterable of (batch, tokens, ms) triples or of "
                             "mappings with keys batch, tokens, ms; to read a file use "
@@ -158,6 +173,7 @@ class CostTable:
         grid = np.array([[values[(int(b), int(n))] for n in tokens] for b in batches])
         self.batches, self.tokens, self.grid = batches, tokens, grid
         self.extrapolate = extrapolate
+        self.drafting_included = drafting_included
         self.source = source
         for a in (batches, tokens, grid):
             a.setflags(write=False)
@@ -166,8 +182,10 @@ class CostTable:
 
     @classmethod
     def read(cls, path: str | os.PathLike[str], *, extrapolate: bool = False) -> "CostTable":
-        """Read a table from CSV (header ``batch,tokens,ms``; other columns ignored) or JSON
-        (a list of ``{"batch", "tokens", "ms"}`` objects, or ``{"points": [...]}``)."""
+        """Read a table from CSV (header ``batch,tokens,ms``; other columns ignored; the line
+        :data:`DRAFTING_MARK` may stand before the header) or JSON (a list of ``{"batch",
+        "tokens", "ms"}`` objects, or ``{"points": [...]}`` with an optional
+        ``"drafting_included": true``)."""
         name = os.fspath(path)
         try:
             with open(name, encoding="utf-8") as f:
@@ -192,16 +210,27 @@ class CostTable:
             except json.JSONDecodeError as e:
                 raise CostTableError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})"
                                      ) from None
+            included = False
             if isinstance(data, Mapping):
                 if "points" not in data:
                     raise CostTableError(f"{source}: a JSON table is a list of points or an "
                                          "object with a 'points' list")
+                included = data.get("drafting_included", False)
+                if not isinstance(included, bool):
+                    raise CostTableError(f"{source}: drafting_included must be true or false, "
+                                         f"got {included!r}")
                 data = data["points"]
             if not isinstance(data, list) or not all(isinstance(p, Mapping) for p in data):
                 raise CostTableError(f"{source}: the JSON points must be a list of objects "
                                      f"with keys {', '.join(COLUMNS)}")
             rows = [_Row(p, f"point {i}") for i, p in enumerate(data)]
-            return cls(rows, extrapolate=extrapolate, source=source)
+            return cls(rows, extrapolate=extrapolate, source=source, drafting_included=included)
+        # The mark is a whole line before the header; lines after it keep their numbers.
+        first, _, rest = stripped.partition("\n")
+        included = first.strip() == DRAFTING_MARK
+        skipped = text[:len(text) - len(stripped)].count("\n") + 1 if included else 0
+        if included:
+            text = rest
         reader = csv.DictReader(io.StringIO(text))
         header = [h.strip() for h in (reader.fieldnames or [])]
         missing = [c for c in COLUMNS if c not in header]
@@ -212,7 +241,7 @@ class CostTable:
         reader.fieldnames = header
         rows = []
         for row in reader:
-            line = reader.line_num
+            line = reader.line_num + skipped
             if all(v is None or not str(v).strip() for v in row.values()):
                 continue
             if None in row:
@@ -221,7 +250,7 @@ class CostTable:
                 if row[c] is None or not str(row[c]).strip():
                     raise CostTableError(f"{source}: line {line}: empty {c}")
             rows.append(_Row(row, f"line {line}"))
-        return cls(rows, extrapolate=extrapolate, source=source)
+        return cls(rows, extrapolate=extrapolate, source=source, drafting_included=included)
 
     @classmethod
     def from_model(cls, model: CostModel, *, max_batch: int = 1,
@@ -265,12 +294,21 @@ class CostTable:
                 for j, n in enumerate(self.tokens)]
 
     def to_csv(self) -> str:
-        """The table as CSV text (header ``batch,tokens,ms``)."""
-        return "batch,tokens,ms\n" + "".join(f"{b},{n},{ms:.6g}\n" for b, n, ms in self.points())
+        """The table as CSV text (header ``batch,tokens,ms``, after :data:`DRAFTING_MARK`
+        when :attr:`drafting_included`)."""
+        return csv_text(self.points(), drafting_included=self.drafting_included)
+
+    def to_json(self) -> str:
+        """The table as JSON text: ``{"points": [{"batch", "tokens", "ms"}, ...],
+        "drafting_included": ...}``."""
+        return json.dumps({"points": [{"batch": b, "tokens": n, "ms": ms}
+                                      for b, n, ms in self.points()],
+                           "drafting_included": self.drafting_included})
 
     def __repr__(self) -> str:
+        drafting = ", drafting_included=True" if self.drafting_included else ""
         return (f"CostTable(batch={self.batches.tolist()}, tokens={self.tokens.tolist()}, "
-                f"extrapolate={self.extrapolate})")
+                f"extrapolate={self.extrapolate}{drafting})")
 
     def _axis(self, axis: np.ndarray, x: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
         """Left grid index and weight of the right neighbour, per value."""
@@ -314,6 +352,23 @@ class CostTable:
         b = _as_int(batch, "batch", "ms")
         n = _as_int(tokens, "tokens", "ms")
         return float(self.ms_array(np.array([b]), np.array([n]))[0])
+
+
+def csv_text(points: Iterable[tuple[int, int, float]], *, drafting_included: bool = False
+             ) -> str:
+    """``(batch, tokens, ms)`` points as the CSV text :meth:`CostTable.parse` reads, in the
+    order given; also for points that are not a full grid (which ``parse`` then refuses).
+
+    Examples
+    --------
+    >>> print(csv_text([(1, 1, 12.2), (1, 16, 30.0)], drafting_included=True), end="")
+    # drafting included in verify rows
+    batch,tokens,ms
+    1,1,12.2
+    1,16,30
+    """
+    mark = DRAFTING_MARK + "\n" if drafting_included else ""
+    return mark + "batch,tokens,ms\n" + "".join(f"{b},{n},{ms:.6g}\n" for b, n, ms in points)
 
 
 class _Row(dict):
