@@ -8,7 +8,7 @@ import pytest
 MODULES = ["ngramspec", "ngramspec.config", "ngramspec.stdorder", "ngramspec.cache",
            "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter",
            "ngramspec.streams", "ngramspec.holdout", "ngramspec.simulate.results", "ngramspec.simulate.runs",
-           "ngramspec.simulate.stepwise", "ngramspec.costs.model", "ngramspec.reliability",
+           "ngramspec.simulate.stepwise", "ngramspec.costs.model", "ngramspec.costs.records", "ngramspec.reliability",
            "ngramspec.calibration_table",
            "ngramspec.executors",
            "ngramspec.testing", "ngramspec.testing.strategies", "ngramspec.testing._compare",

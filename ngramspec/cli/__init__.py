@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Callable, Sequence, TextIO
 
 from ..streams import StreamError
-from . import calibrate, check, simulate, streams, sweep
+from . import calibrate, check, costs, simulate, streams, sweep
 from ._report import ProgressBar, format_predictions, format_report, sglang_flags  # noqa: F401
 
 __all__ = ["main", "Command", "COMMANDS", "forward"]
@@ -100,6 +100,7 @@ COMMANDS: tuple[Command, ...] = (
     Command.of("streams", streams),
     Command.of("calibrate", calibrate),
     Command.of("check", check),
+    Command.of("costs", costs),
     forward("sglang-launch", "ngramspec.integrations.sglang_launch:launch",
             help="run SGLang's server with ngramspec's drafter (docs/sglang.md)"),
 )

@@ -127,7 +127,8 @@ def test_every_command_dispatches_to_its_own_row(monkeypatch):
         (name, args.command)) or 7) for c in cli.COMMANDS)
     monkeypatch.setattr(cli, "COMMANDS", rows)
     required = {"streams": ["import", "f", "--format", "token-ids", "--out", "o"],
-                "calibrate": ["m", "--out", "o.csv"], "check": ["m", "s", "--cost-table", "c"]}
+                "calibrate": ["m", "--out", "o.csv"], "check": ["m", "s", "--cost-table", "c"],
+                "costs": ["import", "f", "--out", "o.csv"]}
     for c in rows:
         assert cli.main([c.name, *required.get(c.name, [])]) == 7
     assert seen == [(c.name, c.name) for c in rows]
@@ -143,7 +144,7 @@ def test_a_command_that_reads_its_own_arguments_is_one_row(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
-    assert "{simulate,sweep,calibrate,check,streams,sglang-launch,count-args}" in out
+    assert "{simulate,sweep,calibrate,check,streams,costs,sglang-launch,count-args}" in out
     assert "exit status: how many arguments" in out
 
 
