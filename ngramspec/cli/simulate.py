@@ -101,6 +101,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if cost is not None or len(done) > 1:
         out.write("\n" + format_predictions(done, cost_label(cost, args) if cost else "")
                   + "\n")
+    if getattr(cost, "drafting_included", False) and args.engine != "sglang":
+        out.write("note: this cost table's verify rows are an NGRAM server's step times "
+                  "(drafting included): --engine sglang prices them as that server runs\n")
     if cost is not None and args.engine == "sglang" and config.min_expected_accept != 0:
         out.write(f"note: min_expected_accept={config.min_expected_accept} empties trees that "
                   "are not expected to pay, but SGLang verifies draft_token_num slots at "

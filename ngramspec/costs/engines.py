@@ -127,9 +127,10 @@ def drafting_ms(engine: Engine, result: Any, cost: Any) -> tuple[float, str]:
     """The drafting time per step ``engine`` pays on ``result``'s streams, and where the figure
     comes from (for reports).
 
-    A cost table whose verify rows hold the drafter's time (``drafting_included``) gives 0 for
-    the SGLang engine: the step times already hold it."""
-    if engine.fixed_width and getattr(cost, "drafting_included", False):
+    A cost table whose verify rows hold the drafter's time (``drafting_included``: step times
+    of an NGRAM server) gives 0: the step times already hold it (such a table describes
+    SGLang's server, which ``"sglang"`` prices as it runs)."""
+    if getattr(cost, "drafting_included", False):
         return 0.0, "included in the cost table's verify rows"
     measured = getattr(result, engine.drafting, None)
     if measured is not None:

@@ -89,10 +89,11 @@ def test_a_table_with_drafting_included_adds_none(streams):
     r = ns.simulate(streams, config=ns.NgramConfig(), concurrency=4)
     table = CostTable([(1, 1, 10.0), (1, 12, 20.0), (4, 1, 11.0), (4, 12, 30.0)])
     table.drafting_included = True
-    p = predict_serving(r, table, engine="sglang")
-    assert p.draft_ms == 0.0 and "included" in p.draft_source
-    # A custom loop's drafting is its own step API, not SGLang's: still added.
-    assert predict_serving(r, table).draft_ms == r.step_api_ms_per_step > 0
+    for engine in ("sglang", "custom"):
+        p = predict_serving(r, table, engine=engine)
+        assert p.draft_ms == 0.0 and "included" in p.draft_source
+    table.drafting_included = False
+    assert predict_serving(r, table, engine="sglang").draft_ms == r.sglang_ms_per_step > 0
 
 
 def test_bad_engine_and_mismatched_schedule_are_refused(streams):
