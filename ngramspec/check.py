@@ -18,8 +18,19 @@ as a real loop does; the report also says how often the model's own argmax agree
 recording on the accepted path (1.0 for streams recorded greedily with this model, up to
 numerical near-ties).
 
-ADAPTIVE drafts are sent as the cost model prices them: the root and the real drafts (the
-batch's largest tree), and a step where no request has a draft is a plain decode step.
+The forward's width follows the engine priced (``engine=``, :mod:`ngramspec.costs.engines`):
+
+- ``"custom"`` (a loop of your own): ADAPTIVE drafts are sent as the cost model prices them,
+  the root and the real drafts (the batch's largest tree), and a step where no request has a
+  draft is a plain decode step; SGLang's BFS and PROB trees are sent whole.
+- ``"sglang"`` (SGLang 0.5.23's NGRAM worker): every request sends ``draft_token_num`` slots
+  at every step, the whole :class:`~ngramspec.DraftBatch` as
+  :meth:`Drafter.propose <ngramspec.Drafter.propose>` returns it (ADAPTIVE trees padded with
+  SGLang's padding: token 0, a child of the root), and no step is a plain decode.  Drafting
+  still runs through the step API in the loop, while the prediction adds the drop-in
+  ``NgramCorpus``'s worker calls
+  (:attr:`~ngramspec.SimulationResult.sglang_ms_per_step`): on a CPU model the two differ by
+  microseconds per step against forwards of tens of milliseconds.
 
 Requests are admitted as the simulator admits them: in file order, a new one joins as soon as
 one finishes.  The batch shares one KV cache whose per-request rows are left-padded (the
@@ -29,7 +40,7 @@ re-padded to the new longest.  A joining request's prefill is merged into it, un
 Timed: the decode steps only (device synchronised), each step from building its inputs to
 keeping its KV rows, drafting and verification included (the stand-in for the model's choice
 excluded).  The realised speed-up (plain time / speculative time) is compared with
-:func:`ngramspec.costs.predict_serving` for the same streams, config and cost table.
+:func:`ngramspec.costs.predict_serving` for the same streams, config, cost table and engine.
 
 Needs the optional extra: ``pip install 'ngramspec[calibrate]'`` (torch, transformers).
 """
@@ -45,7 +56,7 @@ import numpy as np
 
 from . import _torch_loop as tl
 from .config import NgramConfig
-from .costs import CostTable, ServingPrediction, predict_serving, schedule
+from .costs import CostTable, Engine, ServingPrediction, engine_of, predict_serving, schedule
 from .drafter import Drafter
 from .drafts import DraftBatch
 from .simulate import _recorded_argmax, admit, simulate
@@ -119,6 +130,7 @@ class CheckRow:
                 "predicted_speculative_ms": self.prediction.speculative_ms,
                 "predicted_plain_ms": self.prediction.baseline_ms,
                 "predicted_draft_ms_per_step": self.prediction.draft_ms,
+                "predicted_draft_source": self.prediction.draft_source,
                 "predicted_speed_up": self.predicted_speed_up,
                 "realised_speed_up": self.realised_speed_up, "ratio": self.ratio,
                 "flagged": self.flagged, "agreement": self.agreement,
@@ -127,7 +139,10 @@ class CheckRow:
 
 @dataclass(frozen=True)
 class CheckReport:
-    """What :func:`check_against_model` found: one :class:`CheckRow` per level."""
+    """What :func:`check_against_model` found: one :class:`CheckRow` per level.
+
+    ``engine`` is the serving engine the loop ran as and the prediction priced
+    (``"custom"`` or ``"sglang"``, :mod:`ngramspec.costs.engines`)."""
 
     rows: list[CheckRow]
     config: NgramConfig
@@ -136,10 +151,11 @@ class CheckReport:
     device: str
     requests: int
     identical: bool
+    engine: str = "custom"
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows], "model": self.model,
-                "device": self.device, "requests": self.requests,
+                "device": self.device, "requests": self.requests, "engine": self.engine,
                 "emitted_equal_recording": self.identical,
                 "cost_table": {"source": self.cost_table.source,
                                "points": self.cost_table.points(),
@@ -178,8 +194,8 @@ class _Batch:
         tl.select(self.stepper.cache, keep, max(self.lens))
 
 
-def _interpolated(sim: Any, table: CostTable) -> dict[str, Any]:
-    sched = schedule(sim)
+def _interpolated(sim: Any, table: CostTable, engine: Engine) -> dict[str, Any]:
+    sched = schedule(sim, engine=engine)
     plain = ~np.isin(sched.baseline_batch, table.batches)
     off_b = ~np.isin(sched.batch, table.batches)
     off_n = ~np.isin(sched.tokens, table.tokens)
@@ -262,10 +278,16 @@ def _plain(model, stepper: tl.Stepper, prompts, outputs, c: int, tick) -> tuple:
 
 
 def _speculative(model, stepper: tl.Stepper, prompts, outputs, c: int, config: NgramConfig,
-                 tick, costs: Any = None) -> tuple:
-    """Speculative decoding, teacher-forced: (wall seconds, steps, outputs, agreement)."""
+                 tick, costs: Any = None, engine: Engine | None = None) -> tuple:
+    """Speculative decoding, teacher-forced: (wall seconds, steps, outputs, agreement).
+
+    The engine's rule sets the forward's width: SGLang's worker (``fixed_width``) verifies
+    every slot of the batch as ``propose`` returns it, at every step; a custom loop sends
+    ADAPTIVE's real slots only and decodes plainly when no request has a draft."""
     auto = config.min_expected_accept == "auto"
-    adaptive = not config.mode.padded  # sends real drafts + root, as the cost model prices it
+    fixed = engine is not None and engine.fixed_width
+    # A custom loop sends ADAPTIVE's real drafts + root, as the cost model prices it.
+    adaptive = not config.mode.padded and not fixed
     drafter = Drafter(config=config, costs=costs if auto else None)
     batch = _Batch(stepper)
     n_req = len(prompts)
@@ -287,7 +309,8 @@ def _speculative(model, stepper: tl.Stepper, prompts, outputs, c: int, config: N
             drafts = _real_slots(drafts)
         kv = np.asarray(batch.lens, np.int64)
         padded = tl.cache_len(stepper.cache)
-        tree = drafts.draft_token_num > 1  # else a plain decode step, as the cost model says
+        # Else a plain decode step, as the custom rule prices it (never under SGLang's).
+        tree = fixed or drafts.draft_token_num > 1
         verdict = stepper.step(drafts.tokens, kv, drafts if tree else None)
         t1 = time.perf_counter()
         pred = _recorded_argmax(drafts, running, outputs, [done[r] for r in running])
@@ -331,7 +354,8 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
                         concurrency: Sequence[int] = (1,), device: str = "cpu",
                         dtype: str | None = None, threads: int | None = None,
                         max_requests: int | None = None, max_output: int | None = None,
-                        progress: Callable[[int, int], None] | None = None) -> CheckReport:
+                        progress: Callable[[int, int], None] | None = None,
+                        engine: str | Engine = "custom") -> CheckReport:
     """Decode recorded streams on the model, plainly and speculatively, at each concurrency
     level, and hold the realised speed-up against the predicted one (module docstring: what
     runs and what is timed).
@@ -356,6 +380,11 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
         Cut every recorded output to this many tokens (in the loop and the prediction alike).
     progress : callable(done, total), optional
         Called with output tokens decoded so far and in total (all levels, both runs).
+    engine : {"custom", "sglang"}
+        The serving engine held against the model (:mod:`ngramspec.costs.engines`): the loop
+        sends the forward widths that engine runs and the prediction prices them the same
+        way (``predict_serving(..., engine=engine)``).  ``"sglang"``: every request
+        ``draft_token_num`` slots at every step, no plain decode step.
 
     Returns
     -------
@@ -364,10 +393,12 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
     Raises
     ------
     ValueError
-        Bad options or streams, a model that cannot be loaded, a cost table that lacks a
-        point the prediction needs, token ids beyond the model's vocabulary; and
-        RuntimeError if the emitted tokens differ from the recording (a bug).
+        Bad options (an unknown ``engine`` among them) or streams, a model that cannot be
+        loaded, a cost table that lacks a point the prediction needs, token ids beyond the
+        model's vocabulary; and RuntimeError if the emitted tokens differ from the recording
+        (a bug).
     """
+    rule = engine_of(engine)
     config = NgramConfig() if config is None else config
     if not isinstance(config, NgramConfig):
         raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
@@ -399,7 +430,7 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
     for c in levels:
         run_at = min(c, len(rows))
         sim = simulate(rows, config=config, concurrency=run_at, costs=auto)
-        predicted.append((c, run_at, sim, predict_serving(sim, cost_table)))
+        predicted.append((c, run_at, sim, predict_serving(sim, cost_table, engine=rule)))
     torch, dev = tl.setup(device, dtype=dtype, threads=threads, what="check")
     model, name = tl.load_model(model, dev, dtype)
     _check_inputs(rows, int(model.config.vocab_size))
@@ -419,12 +450,12 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
         # One untimed warm-up step of each kind, so that the first level pays no start-up.
         _plain(model, stepper, prompts[:1], [outputs[0][:3]], 1, lambda k: None)
         _speculative(model, stepper, prompts[:1], [outputs[0][:3]], 1, config,
-                     lambda k: None, auto)
+                     lambda k: None, auto, rule)
         for c, run_at, sim, pred in predicted:
             plain_s, plain_steps, plain_out, agree_p = _plain(model, stepper, prompts, outputs,
                                                               run_at, tick)
             spec_s, spec_steps, spec_out, agree_s = _speculative(
-                model, stepper, prompts, outputs, run_at, config, tick, auto)
+                model, stepper, prompts, outputs, run_at, config, tick, auto, rule)
             for r, o in enumerate(outputs):
                 if plain_out[r] != o.tolist() or spec_out[r] != o.tolist():
                     identical = False
@@ -440,6 +471,7 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
                 realised_speed_up=plain_ms / spec_ms if spec_ms else math.nan,
                 predicted_speed_up=pred.speed_up,
                 agreement=(agree_p[0] + agree_s[0]) / seen if seen else math.nan,
-                prediction=pred, interpolated=_interpolated(sim, cost_table)))
+                prediction=pred, interpolated=_interpolated(sim, cost_table, rule)))
     return CheckReport(rows=report_rows, config=config, cost_table=cost_table, model=name,
-                       device=str(dev), requests=len(rows), identical=identical)
+                       device=str(dev), requests=len(rows), identical=identical,
+                       engine=rule.name)

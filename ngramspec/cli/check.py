@@ -7,10 +7,11 @@ import json
 import os
 from typing import TextIO
 
-from ..costs import parse_concurrency
+from ..costs import ENGINES, parse_concurrency
 from ..streams import read_streams
-from ._options import (add_config_flags, add_model, add_progress, add_torch_flags, base_options,
-                       check_out_dir, config_options, make_config, read_cost_table, write_atomic)
+from ._options import (add_config_flags, add_engine, add_model, add_progress, add_torch_flags,
+                       base_options, check_out_dir, config_options, make_config,
+                       read_cost_table, write_atomic)
 from ._report import ProgressBar, config_line, format_table
 
 HELP = "hold the predicted speed-up against the real model"
@@ -29,6 +30,7 @@ def add_arguments(chk: argparse.ArgumentParser) -> None:
     chk.add_argument("--extrapolate", action="store_true",
                      help="extend the cost table linearly beyond its measured grid")
     add_config_flags(chk)
+    add_engine(chk)
     chk.add_argument("--concurrency", default="1", metavar="LIST",
                      help="requests decoded together; a comma list checks each level "
                           "(default 1)")
@@ -62,13 +64,17 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         report = check_against_model(
             args.model, rows, cost_table=table, config=config, concurrency=levels,
             device=args.device, dtype=args.dtype, threads=args.threads,
-            max_requests=args.max_requests, max_output=args.max_output, progress=bar)
+            max_requests=args.max_requests, max_output=args.max_output, progress=bar,
+            engine=args.engine)
     finally:
         bar.close()
     out.write(f"{report.requests} requests from "
               f"{', '.join(os.path.basename(s) for s in args.streams)} on {args.model} "
               f"({report.device}), teacher-forced; prediction from cost table "
-              f"{os.path.basename(args.cost_table)}\nconfig: {config_line(config)}\n")
+              f"{os.path.basename(args.cost_table)}\nconfig: {config_line(config)}\n"
+              f"engine: {report.engine}, {ENGINES[report.engine].words}: the loop's forwards "
+              "and the prediction alike; the prediction's drafting: "
+              f"{report.rows[0].prediction.draft_source}\n")
     cols = ["concurrency", "steps loop/sim", "tokens", "predicted", "realised",
             "realised/predicted", ""]
     lines = []
@@ -94,6 +100,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
               + ("every level checked" if not bad else
                  "concurrency " + ", ".join(str(r.concurrency) for r in bad))
               + "\n")
+    if report.engine == "sglang" and config.min_expected_accept != 0:
+        out.write(f"note: min_expected_accept={config.min_expected_accept} empties trees that "
+                  "are not expected to pay, but SGLang verifies draft_token_num slots at "
+                  "every step anyway: there it saves no forward time, only drafts\n")
     if any(r.steps != r.simulated_steps for r in report.rows):
         out.write("warning: the loop's step counts differ from the simulator's (a bug)\n")
     for r in report.rows:

@@ -83,6 +83,25 @@ def test_missing_json_folder_and_bad_preset(tmp_path, capsys):
     _one_line_error(capsys, code, "--preset: unknown preset 'nope'")
 
 
+def test_an_unknown_engine_is_refused(tmp_path, capsys):
+    from ngramspec.check import check_against_model
+    from ngramspec.costs import CostTable
+
+    table = CostTable([(1, 1, 2.0), (1, 12, 3.0)])
+    # Refused first, before the streams are read or the model directory looked for.
+    with pytest.raises(ValueError) as e:
+        check_against_model(tmp_path / "nope", STREAMS, cost_table=table, engine="vllm")
+    assert str(e.value) == "engine must be one of custom, sglang, got 'vllm'"
+    (tmp_path / "m").mkdir()
+    with pytest.raises(SystemExit) as e:
+        run(["check", str(tmp_path / "m"), STREAMS, "--cost-table",
+             str(_table(tmp_path / "t.csv")), "--engine", "vllm"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --engine: invalid choice: 'vllm'" in err, err
+    assert "custom" in err and "sglang" in err, err
+
+
 # --- on a model -----------------------------------------------------------------------------
 
 
@@ -129,6 +148,36 @@ def test_check_on_the_shipped_streams(tmp_path, capsys, shipped_vocab_model):
     assert data["config"]["draft_token_num"] == 12
     assert data["cost_table"]["points"][0] == [1, 1, 1.7]
     assert data["emitted_equal_recording"] is True
+    assert data["engine"] == "custom"
+    assert "\nengine: custom, a custom loop (real ADAPTIVE trees, plain decodes without " \
+           "drafts): the loop's forwards and the prediction alike; the prediction's " \
+           "drafting: the step API, timed\n" in text
+    assert {r["predicted_draft_source"] for r in data["rows"]} == {"the step API, timed"}
+
+
+@pytest.mark.hf
+def test_check_engine_sglang_on_the_command_line(tmp_path, capsys, shipped_vocab_model):
+    table = _table(tmp_path / "t.csv", tokens=(1, 16))
+    report = tmp_path / "r.json"
+    code, text = run(["check", str(shipped_vocab_model), STREAMS, "--cost-table", str(table),
+                      "--max-requests", "3", "--max-output", "20", "--concurrency", "2",
+                      "--preset", "recommended", "--engine", "sglang", "--threads", "1",
+                      "--json", str(report), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert "\nengine: sglang, SGLang's NGRAM worker (draft_token_num slots per request, every " \
+           "step): the loop's forwards and the prediction alike; the prediction's drafting: " \
+           "SGLang's worker calls on the drop-in NgramCorpus, timed\n" in text
+    assert "emitted tokens equal the recording: yes" in text
+    assert "note:" not in text  # every step at 16 slots: no tree size interpolated
+    data = json.loads(report.read_text())
+    assert data["engine"] == "sglang"
+    assert data["config"]["match_type"] == "ADAPTIVE"
+    (row,) = data["rows"]
+    assert row["steps"] == row["simulated_steps"]
+    assert row["predicted_draft_source"] == "SGLang's worker calls on the drop-in NgramCorpus, " \
+                                            "timed"
+    assert row["interpolated"] == {"batches": [], "tokens": [], "plain_steps": 0.0,
+                                   "speculative_steps": 0.0}
 
 
 @pytest.mark.hf
@@ -182,3 +231,96 @@ def test_the_model_agrees_with_its_own_recording_when_batched(tmp_path, preset):
     for r in rep.rows:
         assert r.agreement == 1.0, r
         assert r.steps == r.simulated_steps and r.steps < r.plain_steps
+
+
+def _repetitive_rows(vocab, lengths, seed=0):
+    """Streams whose outputs repeat phrases of their prompts: drafts of every size occur."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, (p, o) in enumerate(lengths):
+        phrase = rng.integers(1, vocab, size=6).tolist()
+        noise = rng.integers(1, vocab, size=o).tolist()
+        out = [t if k % 7 else noise[k] for k, t in enumerate((phrase * 20)[p % 6:][:o])]
+        rows.append({"id": i, "prompt_ids": (phrase * 8)[:p], "output_ids": out})
+    return rows
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("preset,engine", [("recommended", "sglang"), ("sglang", "sglang"),
+                                           ("recommended", "custom")])
+def test_the_loop_sends_what_the_engine_verifies(tmp_path, monkeypatch, preset, engine):
+    """Every speculative forward, exactly: with engine="sglang" each request sends
+    draft_token_num slots at every step (the DraftBatch as propose returns it, SGLang's
+    padding included; never a plain decode), as schedule(sim, engine="sglang") prices it; a
+    custom loop sends ADAPTIVE's real slots and decodes plainly without drafts.  The step
+    counts are the simulator's and the prediction is predict_serving(..., engine=engine)."""
+    pytest.importorskip("torch")
+    import ngramspec._torch_loop as tl
+    from ngramspec import Drafter, NgramConfig, simulate
+    from ngramspec import check as chk
+    from ngramspec.costs import CostTable, predict_serving, schedule
+    from ngramspec.simulate.results import SimulationResult
+
+    n = 6
+    config = NgramConfig.preset(preset, draft_token_num=n)
+    model_dir = tmp_path / "m"
+    _save(model_dir, vocab=64, hidden=32, seed=2)
+    rows = _repetitive_rows(64, [(9, 30), (20, 41), (14, 2), (30, 25)])
+    table = CostTable([(b, t, 1.0 + b + 0.5 * t) for b in (1, 2, 3) for t in (1, n)])
+    # The drafting figure the prediction adds, fixed so that the prediction is exact.
+    monkeypatch.setattr(SimulationResult, "sglang_ms_per_step", property(lambda self: 0.125))
+    monkeypatch.setattr(SimulationResult, "step_api_ms_per_step", property(lambda self: 0.25))
+
+    runs: list[list[tuple]] = []  # per _speculative call: one entry per forward
+    proposed: list = []
+    inside = [False]
+    speculative, step, propose = chk._speculative, tl.Stepper.step, Drafter.propose
+
+    def spy_speculative(*args, **kwargs):
+        runs.append([])
+        inside[0] = True
+        try:
+            return speculative(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    def spy_step(self, tokens, kv_lens, drafts=None):
+        if inside[0]:
+            sent = drafts is not None and drafts is proposed[-1]
+            runs[-1].append((tokens.shape, drafts is not None, sent,
+                             None if drafts is None else drafts.num_drafts.copy()))
+        return step(self, tokens, kv_lens, drafts)
+
+    def spy_propose(self, *args, **kwargs):
+        proposed.append(propose(self, *args, **kwargs))
+        return proposed[-1]
+
+    monkeypatch.setattr(chk, "_speculative", spy_speculative)
+    monkeypatch.setattr(tl.Stepper, "step", spy_step)
+    monkeypatch.setattr(Drafter, "propose", spy_propose)
+    rep = chk.check_against_model(model_dir, rows, cost_table=table, config=config,
+                                  concurrency=[1, 3], threads=1, engine=engine)
+    assert rep.identical and rep.engine == engine and rep.to_dict()["engine"] == engine
+    assert len(runs) == 3  # the warm-up, then one run per level
+    padding = 0
+    for r, forwards in zip(rep.rows, runs[1:]):
+        sim = simulate(rows, config=config, concurrency=r.run_at)
+        sched = schedule(sim, engine=engine)
+        assert r.steps == r.simulated_steps == len(forwards) == sched.batch.size
+        assert [shape for shape, *_ in forwards] == \
+            [(int(b), int(t)) for b, t in zip(sched.batch, sched.tokens)]
+        if engine == "sglang":
+            assert [shape[1] for shape, *_ in forwards] == [n] * r.steps
+            assert all(tree and sent for _, tree, sent, _ in forwards)  # propose's own batch
+            padding += sum(int((d + 1 < n).sum()) for *_, d in forwards)
+            assert r.interpolated == {"batches": [], "tokens": [], "plain_steps": 0.0,
+                                      "speculative_steps": 0.0}
+        else:  # ADAPTIVE's real slots; a plain decode (no tree) where nothing is drafted
+            assert [tree for _, tree, *_ in forwards] == [t > 1 for t in sched.tokens]
+            assert 1 in sched.tokens and any(1 < t < n for t in sched.tokens)
+            assert r.interpolated["tokens"] == sorted(set(sched.tokens.tolist()) - {1, n})
+        want = predict_serving(sim, table, engine=engine)
+        assert r.prediction == want and r.predicted_speed_up == want.speed_up
+        assert r.prediction.engine == engine
+    if engine == "sglang" and preset == "recommended":
+        assert padding > 0  # ADAPTIVE's short trees went out padded to n slots
