@@ -611,9 +611,11 @@ class NgramConfig:
         Raises
         ------
         ValueError
-            When the configuration is not SGLang-exact (naming the options SGLang lacks), or
+            When the configuration is not SGLang-exact (naming the options SGLang lacks and
+            the alternative: ``plugin=True``, the flags of ``ngramspec sglang-launch``), or
             is a window-era (0.5.9) configuration with ``match_type="PROB"``, which those
-            servers ignored (they always ran BFS).
+            servers ignored (they always ran BFS).  With ``plugin=True``: a profile other
+            than ``sglang-0.5.23``.
 
         Examples
         --------
@@ -626,7 +628,7 @@ class NgramConfig:
         >>> NgramConfig.recommended().to_sglang_args()
         Traceback (most recent call last):
         ...
-        ValueError: SGLang has no option for index_prompt=True, exact_counts=True, ...
+        ValueError: SGLang has no option for index_prompt=True, ...: to_sglang_args(plugin=True) ...
         >>> args = NgramConfig.recommended().to_sglang_args(plugin=True)
         >>> args["speculative_num_draft_tokens"], args["speculative_ngram_max_trie_depth"]
         (16, 24)

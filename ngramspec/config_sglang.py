@@ -106,8 +106,10 @@ def args_of(config: Any, *, plugin: bool = False) -> dict[str, Any]:
     if config.match_type not in ("BFS", "PROB"):
         lacking.append(f"match_type={config.match_type!r}")
     if lacking:
-        raise ValueError(f"SGLang has no option for {', '.join(lacking)}; only "
-                         "SGLang-exact configurations (sglang_exact) have server arguments")
+        raise ValueError(f"SGLang has no option for {', '.join(lacking)}; its own flags "
+                         "run SGLang-exact configurations only: to_sglang_args(plugin=True) "
+                         "gives the flags that run this one on ngramspec's drafter inside "
+                         "SGLang's server (ngramspec sglang-launch, docs/sglang.md)")
     if config.profile == "sglang-0.5.9":
         if config.match_type != "BFS":
             raise ValueError(f"match_type={config.match_type!r}: SGLang 0.5.9 servers ignore "

@@ -11,7 +11,21 @@ by :func:`run_scheduler_process` (a module-level function, so the spawned proces
 name), which calls :func:`install` and then SGLang's own.  SGLang's plugin entry point
 (group ``sglang.srt.plugins``, name ``ngramspec``, value
 ``ngramspec.integrations.sglang_launch:plugin``) does the same for servers started any other
-way, whenever :data:`ENV_CONFIG` is set.
+way, whenever :data:`ENV_CONFIG` is set: SGLang's scheduler process loads its general
+plugins (``load_plugins``) when it starts, from the entry points of the packages installed
+in its Python environment, so ngramspec must be installed there.  ``--print-args`` prints
+that form, ready to paste: ``NGRAMSPEC_SGLANG_CONFIG='...' python -m sglang.launch_server
+ARGS``.
+
+SGLang-exact settings (those :meth:`~ngramspec.NgramConfig.to_sglang_args` expresses without
+``plugin=True``) need no plugin: the launcher runs them on SGLang's own drafter, and
+``--print-args`` prints a line without the variable.
+
+``draft_token_num`` is the slots per request SGLang's worker verifies at every step.  With
+``--cost-table T --concurrency C`` it is chosen for that cost and load
+(:func:`ngramspec.sweep.budget.best_budget`); a load where no budget pays gets a warning and
+exit status 1 (``--force`` launches anyway).  Without a cost table ``--preset recommended``
+sends :data:`ngramspec.sweep.budget.SGLANG_SLOTS` (``docs/sglang.md``: the study behind it).
 
 :func:`install` replaces ``NgramCorpus`` in SGLang's worker module by
 :class:`ngramspec.integrations.sglang.NgramCorpus` bound to the configuration, and wraps the
@@ -29,13 +43,18 @@ import functools
 import logging
 import os
 import runpy
+import shlex
 import sys
-import warnings
 import types
-from typing import Any
+import warnings
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from ..sweep.budget import BudgetChoice
 
 __all__ = [
     "ENV_CONFIG",
+    "LaunchError",
     "install",
     "launch",
     "main",
@@ -205,39 +224,257 @@ def server_flags(config: Any, given: list[str]) -> list[str]:
     return out
 
 
-def launch(argv: list[str]) -> int:
-    """``ngramspec sglang-launch [--preset NAME | --config FILE] [--print-args] -- ARGS``:
-    run ``sglang.launch_server ARGS`` with ngramspec's drafter.  Returns the exit status."""
-    from ..config import PRESETS
-    from .sglang import resolve_config
+#: What the launcher says of SGLang-exact settings: it starts SGLang's own drafter.
+EXACT_NOTE = "SGLang-exact settings: SGLang's own drafter runs them from these flags alone"
+#: What ``--print-args`` adds for them (its line has no variable).
+EXACT_PASTE = EXACT_NOTE + f", so the server needs neither ngramspec nor {ENV_CONFIG}"
+#: What ``--print-args`` says of settings beyond SGLang (the variable in the line).
+PLUGIN_NOTE = ("settings beyond SGLang: " + ENV_CONFIG + " carries them, and SGLang's plugin "
+               "entry point (group sglang.srt.plugins) switches ngramspec's drafter on in the "
+               "server's processes, so ngramspec must be installed in the server's Python "
+               "environment")
+#: The one line said when SGLang cannot be imported (and ``--print-args`` is not given).
+NO_SGLANG = ("sglang-launch needs SGLang 0.5.23 in this environment (pip install "
+             "'sglang==0.5.23'); --print-args prints the command without it")
+_SLOTS_FLAG = "--speculative-num-draft-tokens"
 
-    ours, _sep, theirs = _split(argv)
-    parser = argparse.ArgumentParser(
+
+class LaunchError(ValueError):
+    """A launch refused before anything started; the message is one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors one line (raised, not printed with the usage)."""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        if message.startswith("unrecognized arguments"):
+            message += " (SGLang's own arguments follow '--')"
+        raise LaunchError(message)
+
+
+def _parser() -> _Parser:
+    from ..config import PRESETS
+
+    parser = _Parser(
         prog="ngramspec sglang-launch",
         description="Run SGLang's server (python -m sglang.launch_server ARGS) with "
                     "ngramspec's NGRAM drafter; SGLang's arguments follow '--'.")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--preset", choices=PRESETS, default=None,
                        help="a named configuration (default: recommended)")
-    group.add_argument("--config", metavar="FILE", help="a TOML configuration file")
+    group.add_argument("--config", metavar="FILE", help="a TOML configuration file (a "
+                       "sweep's winner must have been ranked with --engine sglang)")
     parser.add_argument("--print-args", action="store_true",
-                        help="print SGLang's command line and exit (nothing is started)")
-    opts = parser.parse_args(ours)
-    cfg = resolve_config(opts.config or opts.preset or "recommended")
+                        help="print SGLang's command line, ready to paste, and exit (nothing "
+                             "is started; SGLang need not be installed)")
+    budget = parser.add_argument_group(
+        "draft_token_num from your costs (the slots per request SGLang verifies every step)")
+    budget.add_argument("--cost-table", metavar="FILE",
+                        help="measured forward times (batch,tokens,ms; e.g. from ngramspec "
+                             "calibrate): choose draft_token_num for them")
+    budget.add_argument("--concurrency", type=int, metavar="C",
+                        help="requests decoded together in your server (with --cost-table)")
+    budget.add_argument("--streams", nargs="+", metavar="FILE",
+                        help="recorded streams like your traffic (default: the corpus "
+                             "shipped with ngramspec)")
+    budget.add_argument("--extrapolate", action="store_true",
+                        help="extend the cost table linearly beyond its measured grid")
+    budget.add_argument("--force", action="store_true",
+                        help="launch even where speculation is predicted not to pay")
+    return parser
+
+
+def _check_budget_flags(opts: argparse.Namespace) -> None:
+    if opts.cost_table is None:
+        given = [flag for flag, value in (("--concurrency", opts.concurrency),
+                                          ("--streams", opts.streams),
+                                          ("--extrapolate", opts.extrapolate),
+                                          ("--force", opts.force)) if value]
+        if given:
+            raise LaunchError(f"{given[0]} applies with --cost-table FILE (the costs that "
+                              "choose draft_token_num)")
+        return
+    if opts.concurrency is None:
+        raise LaunchError("--cost-table needs --concurrency C: the requests your server "
+                          "decodes together, which the best draft_token_num depends on")
+    if opts.concurrency < 1:
+        raise LaunchError(f"--concurrency must be >= 1, got {opts.concurrency}")
+
+
+def _need_sglang() -> None:
+    """One line, not a traceback, when SGLang cannot be imported here."""
+    import importlib
+
     try:
+        importlib.import_module("sglang")
+    except ModuleNotFoundError as e:
+        if e.name in (None, "sglang"):
+            raise LaunchError(NO_SGLANG) from None
+        raise LaunchError(f"SGLang cannot be imported here (no module {e.name!r}); "
+                          f"{NO_SGLANG}") from None
+    except ImportError as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LaunchError(f"SGLang cannot be imported here ({first}); {NO_SGLANG}") from None
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        have = version("sglang")
+    except PackageNotFoundError:  # a source tree on the path: nothing to compare
+        return
+    if have != "0.5.23":
+        print(f"ngramspec sglang-launch: warning: SGLang {have} is installed; the drafter is "
+              "built and tested for SGLang 0.5.23", file=sys.stderr)
+
+
+def _read_config(opts: argparse.Namespace) -> Any:
+    """The configuration to launch; a sweep's winner must have been ranked for SGLang."""
+    from pathlib import Path
+
+    from ..config import NgramConfig
+    from ..config_toml import read_ranking
+
+    if opts.config is None:
+        return NgramConfig.preset(opts.preset or "recommended")
+    path = Path(opts.config)
+    cfg = NgramConfig.from_toml(path)
+    ranking = read_ranking(path)
+    engine = None if ranking is None else ranking.get("engine")
+    if ranking is not None and engine != "sglang":
+        how = {"custom": "priced as a custom loop (real ADAPTIVE trees, plain decodes), not "
+                         "as SGLang's worker",
+               "none": "by tokens per verify step, without a cost"}.get(
+            engine, f"with engine {engine!r}")
+        raise LaunchError(f"{opts.config}: its [ranking] says it was ranked {how}; rerun the "
+                          "sweep with --engine sglang and a cost (--cost-table FILE, or "
+                          "--step-ms and --token-ms) to rank it for SGLang's server (or delete "
+                          "the [ranking] table to launch it as it is)")
+    return cfg
+
+
+def _default_slots(cfg: Any, theirs: list[str]) -> tuple[Any, str]:
+    """``--preset recommended`` without a cost table: :data:`~ngramspec.sweep.budget.
+    SGLANG_SLOTS` slots, or those given to SGLang."""
+    from ..sweep.budget import SGLANG_SLOTS
+
+    if _SLOTS_FLAG in theirs:
+        i = theirs.index(_SLOTS_FLAG)
+        text = theirs[i + 1] if i + 1 < len(theirs) else ""
+        try:
+            n = int(text)
+            cfg = cfg.replace(draft_token_num=n)
+        except ValueError as e:
+            detail = "not an integer" if not text.lstrip("-").isdigit() else str(e)
+            raise LaunchError(f"{_SLOTS_FLAG} {text!r}: {detail}") from None
+        return cfg, f"draft_token_num {n}: as given ({_SLOTS_FLAG})"
+    return cfg.replace(draft_token_num=SGLANG_SLOTS), (
+        f"draft_token_num {SGLANG_SLOTS}: the slots per request SGLang verifies at every step "
+        f"(recommended() has {cfg.draft_token_num} for a custom loop; docs/sglang.md); "
+        "--cost-table T --concurrency C chooses it for your model and load")
+
+
+def _choose_budget(opts: argparse.Namespace, cfg: Any) -> tuple[BudgetChoice, list[str]]:
+    """The budget search of ``--cost-table``: its :class:`~ngramspec.sweep.budget.BudgetChoice`
+    and the lines to print."""
+    from ..costs import CostTable
+    from ..streams import embedded_streams_path
+    from ..sweep.budget import best_budget
+
+    table = CostTable.read(opts.cost_table, extrapolate=opts.extrapolate)
+    table.extrapolation_words = "--extrapolate"
+    sources = opts.streams or [embedded_streams_path()]
+    label = ", ".join(os.path.basename(str(s)) for s in sources)
+    print(f"# choosing draft_token_num for {os.path.basename(opts.cost_table)} at concurrency "
+          f"{opts.concurrency} on {label}, priced as SGLang's worker runs it ...", flush=True)
+    choice = best_budget(cfg, sources, table, concurrency=opts.concurrency)
+    lines = []
+    for n, p in choice.predictions.items():
+        mark = "  <- chosen" if n == choice.draft_token_num else ""
+        lines.append(f"  draft_token_num {n:>2}: {choice.tokens_per_step[n]:.3f} tokens per "
+                     f"step, {p.speed_up:.2f}x predicted{mark}")
+    lines.append(f"draft_token_num {choice.draft_token_num}: the highest predicted speed-up "
+                 f"({choice.speed_up:.2f}x at concurrency {choice.concurrency})")
+    return choice, lines
+
+
+def launch(argv: list[str]) -> int:
+    """``ngramspec sglang-launch [--preset NAME | --config FILE] [--cost-table T --concurrency
+    C [--streams FILE ...] [--extrapolate] [--force]] [--print-args] -- ARGS``: run
+    ``sglang.launch_server ARGS`` with the configuration's flags and, for settings beyond
+    SGLang, ngramspec's drafter.
+
+    ``--cost-table`` chooses ``draft_token_num`` (:func:`ngramspec.sweep.budget.best_budget`);
+    without it ``--preset recommended`` sends :data:`ngramspec.sweep.budget.SGLANG_SLOTS`.
+    SGLang-exact settings run on SGLang's own drafter (no variable, nothing installed).
+
+    Returns
+    -------
+    int
+        0 when launched (or printed); 1 when speculation is predicted not to pay at that
+        load (nothing started unless ``--force``); 2 for an error, said in one line on
+        stderr.
+    """
+    ours, _sep, theirs = _split(argv)
+    try:
+        opts = _parser().parse_args(ours)
+        _check_budget_flags(opts)
+        if opts.cost_table is not None and _SLOTS_FLAG in theirs:
+            raise LaunchError(f"{_SLOTS_FLAG} (after '--') and --cost-table both set the slots "
+                              "per request: give one")
+        if not opts.print_args:
+            _need_sglang()
+        cfg = _read_config(opts)
+        notes: list[str] = []
+        choice = None
+        if opts.cost_table is not None:
+            choice, notes = _choose_budget(opts, cfg)
+            cfg = choice.config
+        elif opts.config is None and (opts.preset or "recommended") == "recommended":
+            cfg, note = _default_slots(cfg, theirs)
+            notes.append(note)
         flags = server_flags(cfg, theirs)
-    except ValueError as e:
-        parser.error(str(e))
+        exact = _sglang_exact(cfg)
+    except (ValueError, TypeError, OSError) as e:  # ours, the config's, the table's, streams'
+        print(f"ngramspec sglang-launch: error: {e}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print("# " + note)
+    if choice is not None and not choice.pays:
+        print(f"ngramspec sglang-launch: warning: do not enable speculation at this load "
+              f"(best {choice.speed_up:.2f}x at concurrency {choice.concurrency}); "
+              + ("launching anyway (--force)" if opts.force else
+                 "start SGLang without --speculative-algorithm, or add --force"),
+              file=sys.stderr)
+        if not opts.force:
+            return 1
     command = [*theirs, *flags]
+    server = shlex.join(["python", "-m", "sglang.launch_server", *command])
     if opts.print_args:
-        print(f"{ENV_CONFIG}=<TOML> python -m sglang.launch_server {' '.join(command)}")
+        if exact:
+            print("# " + EXACT_PASTE)
+            print(server)
+        else:
+            print("# " + PLUGIN_NOTE)
+            print(f"{ENV_CONFIG}={shlex.quote(cfg.to_toml())} {server}")
         return 0
-    os.environ[ENV_CONFIG] = cfg.to_toml()
-    install(cfg)  # this process too (a scheduler started in-process, fork start method)
-    _route_scheduler()
+    if exact:  # SGLang's own drafter; a variable left in the environment must not switch
+        os.environ.pop(ENV_CONFIG, None)
+        print("# " + EXACT_NOTE)
+    else:
+        os.environ[ENV_CONFIG] = cfg.to_toml()
+        install(cfg)  # this process too (a scheduler started in-process, fork start method)
+        _route_scheduler()
     sys.argv = ["sglang.launch_server", *command]
     runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
     return 0
+
+
+def _sglang_exact(cfg: Any) -> bool:
+    """Whether SGLang's own flags express ``cfg`` (no plugin needed)."""
+    try:
+        cfg.to_sglang_args()
+    except ValueError:
+        return False
+    return True
 
 
 def _split(argv: list[str]) -> tuple[list[str], bool, list[str]]:

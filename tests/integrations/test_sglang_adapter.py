@@ -23,6 +23,7 @@ import ngramspec as ns
 from ngramspec.integrations import sglang_launch
 from ngramspec.integrations.sglang import SEPARATOR_TOKEN, NgramCorpus, resolve_config
 from ngramspec.integrations.sglang_replay import accepted_length, replay_worker
+from ngramspec.sweep.budget import SGLANG_SLOTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -347,7 +348,7 @@ def test_launcher_switches_the_spawned_scheduler_over(fake_sglang):
                          check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.split("RESULT", 1)[1])
-    assert got["cls"] == "ngramspec.integrations.sglang" and got["n"] == 16 * 16
+    assert got["cls"] == "ngramspec.integrations.sglang" and got["n"] == SGLANG_SLOTS ** 2
     # the prompt beyond its last 24 tokens (... 1 2 3 4 5 6, then 30 zeros) reached the
     # drafter through the worker hook: the first output token 1 drafts 2 (the tail alone,
     # zeros and 1, drafts nothing)
@@ -360,7 +361,7 @@ def test_launcher_print_args(capsys):
                                  "--model-path", "m"]) == 0
     line = capsys.readouterr().out
     assert "python -m sglang.launch_server --model-path m --speculative-algorithm NGRAM" in line
-    assert "--speculative-num-draft-tokens 16" in line
+    assert f"--speculative-num-draft-tokens {SGLANG_SLOTS}" in line
 
 
 def test_accepted_length():
