@@ -288,8 +288,10 @@ def _write_best(args: argparse.Namespace, out: TextIO, best: dict, base: dict[st
         text = toml
         where = args.best_out or "best.toml"
         slots = best_cfg.draft_token_num
+        keep = (f"this TOML is written to {where}" if args.best_out else
+                f"save this TOML as {where}")
         out.write(f"\nbest setting: beyond SGLang's options, it runs on ngramspec's drafter "
-                  f"in SGLang's server; save this TOML as {where}:\n{text}\nand start the "
+                  f"in SGLang's server; {keep}:\n{text}\nand start the "
                   f"server with (it adds --speculative-num-draft-tokens {slots} and the other "
                   f"speculative flags):\n  ngramspec sglang-launch --config {where} -- "
                   "--model-path MODEL\n")

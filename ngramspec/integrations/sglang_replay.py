@@ -152,7 +152,7 @@ class _Timed:
 
 def time_worker(config: Any, prompts: Sequence[Sequence[int]],
                 outputs: Sequence[Sequence[int]], *, concurrency: int, steps: int,
-                costs: Any = None) -> tuple[float, int]:
+                costs: Any = None, repeats: int = 3) -> tuple[float, int]:
     """What SGLang's NGRAM worker spends in its drafter per serving-loop iteration, on
     ngramspec's drop-in :class:`~ngramspec.integrations.sglang.NgramCorpus` running
     ``config``: ``(seconds per iteration, iterations timed)``.
@@ -162,16 +162,24 @@ def time_worker(config: Any, prompts: Sequence[Sequence[int]],
     stand-in verification is not.  ``synchronize`` waits for the windows the previous
     ``batch_put`` queued, so the whole insert counts (a server overlaps part of it with the
     forward).  The same iterations run once untimed first, on another corpus, so that no
-    kernel compile is counted.
+    kernel compile is counted, then ``repeats`` times timed, each on a fresh corpus: the
+    fastest pass is kept (a busy machine only ever slows a pass down).
     """
     from .sglang import NgramCorpus
 
     kwargs = dict(max_trie_depth=config.max_trie_depth,
                   draft_token_num=config.draft_token_num)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     hooks = not config.sglang_exact
-    for timed in (False, True):
+    best: tuple[float, int] | None = None
+    for timed in [False] + [True] * repeats:
         corpus = NgramCorpus(**kwargs, config=config, costs=costs)
         target = _Timed(corpus) if timed else corpus
         replay_worker(target, prompts, outputs, concurrency=concurrency, hooks=hooks,
                       limit=steps, **kwargs)
-    return target.seconds / max(target.gets, 1), target.gets
+        if timed:
+            got = (target.seconds / max(target.gets, 1), target.gets)
+            best = got if best is None or got[0] < best[0] else best
+    assert best is not None
+    return best
