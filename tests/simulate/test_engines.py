@@ -22,32 +22,27 @@ def streams():
     return ns.read_streams(embedded_streams_path())[:60]
 
 
-def _by_hand(result, c, t, draft_ms):
-    """Speculative and baseline totals written out from the per-request step counts, every
-    speculative step priced t(b, draft_token_num) + draft_ms (SGLang's worker)."""
-    n = result.config.draft_token_num
-    steps = [e.size for e in result.emitted]
-    spec = 0.0
-    done, nxt, running = [0] * len(steps), 0, []
+def _walk(steps, c, price):
+    """Sum ``price(batch)`` over the steps of requests needing ``steps[r]`` steps each, admitted
+    in order into ``c`` slots (ngramspec.simulate.admit)."""
+    total, done, nxt, running = 0.0, [0] * len(steps), 0, []
     while nxt < len(steps) or running:
         nxt = admit(nxt, running, c, [k + 1 for k in steps], lambda r: None)
         if not running:
             continue
-        spec += t(len(running), n) + draft_ms
+        total += price(len(running))
         for r in running:
             done[r] += 1
         running = [r for r in running if done[r] < steps[r]]
-    need = [int(k) - 1 for k in result.output_lens]
-    base = 0.0
-    done, nxt, running = [0] * len(need), 0, []
-    while nxt < len(need) or running:
-        nxt = admit(nxt, running, c, [k + 1 for k in need], lambda r: None)
-        if not running:
-            continue
-        base += t(len(running), 1)
-        for r in running:
-            done[r] += 1
-        running = [r for r in running if done[r] < need[r]]
+    return total
+
+
+def _by_hand(result, c, t, draft_ms):
+    """Speculative and baseline totals written out from the per-request step counts, every
+    speculative step priced t(b, draft_token_num) + draft_ms (SGLang's worker)."""
+    n = result.config.draft_token_num
+    spec = _walk([e.size for e in result.emitted], c, lambda b: t(b, n) + draft_ms)
+    base = _walk([int(k) - 1 for k in result.output_lens], c, lambda b: t(b, 1))
     return spec, base
 
 
