@@ -7,11 +7,17 @@ import collections
 import json
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from .streams import StreamError
 
-__all__ = ["load_chat_tokenizer", "ImportRecordError"]
+__all__ = ["load_chat_tokenizer", "import_transformers", "ImportRecordError"]
+
+# transformers logs these "advisory" lines through ``logger.warning_advice`` (e.g. "PyTorch
+# was not found. Models won't be available ..." when it is imported without torch); it skips
+# them while this variable is set.
+_NO_ADVICE = "TRANSFORMERS_NO_ADVISORY_WARNINGS"
 
 
 class ImportRecordError(StreamError):
@@ -22,25 +28,101 @@ class ImportRecordError(StreamError):
         self.reason = reason
 
 
-def load_chat_tokenizer(directory: str | os.PathLike[str], *,
-                        chat_template: str | None = None) -> Any:
-    """A local Hugging Face tokenizer with a chat template (never downloads anything).
+def import_transformers(what: str = "importing chat logs") -> ModuleType:
+    """``transformers``, imported without the advisory banner it prints on import.
 
-    Raises ``ValueError`` naming the directory: transformers missing, no tokenizer there, no
-    chat template (give one with ``chat_template=`` text).
+    Imported without torch, transformers logs "PyTorch was not found. Models won't be
+    available ..." on stderr; a tokenizer needs no torch, so ngramspec's commands silence it:
+    ``TRANSFORMERS_NO_ADVISORY_WARNINGS`` is set during the import only and then restored,
+    so the caller's later transformers warnings are as the caller configured them.
+
+    Parameters
+    ----------
+    what : str
+        What needs transformers, for the error.
+
+    Returns
+    -------
+    module
+        ``transformers``.
+
+    Raises
+    ------
+    ValueError
+        transformers is not installed (naming the extra that installs it).
+    """
+    before = os.environ.get(_NO_ADVICE)
+    os.environ[_NO_ADVICE] = "1"
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError(f"{what} needs transformers: pip install 'ngramspec[import]'") from None
+    finally:
+        if before is None:
+            os.environ.pop(_NO_ADVICE, None)
+        else:
+            os.environ[_NO_ADVICE] = before
+    return transformers
+
+
+def _auto_map_class(path: Path) -> str | None:
+    """The tokenizer class that ``tokenizer_config.json``'s ``auto_map`` names, if any."""
+    try:
+        config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+        ref = config["auto_map"]
+        ref = ref if isinstance(ref, list) else ref["AutoTokenizer"]
+        return next(str(r) for r in reversed(ref) if r)
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return None
+
+
+def load_chat_tokenizer(directory: str | os.PathLike[str], *,
+                        chat_template: str | None = None,
+                        trust_remote_code: bool = False) -> Any:
+    """A local Hugging Face tokenizer with a chat template (never downloads anything, never
+    asks a question on stdin).
+
+    Parameters
+    ----------
+    directory : path
+        A local tokenizer directory (``tokenizer_config.json``, ``tokenizer.json``, ...).
+    chat_template : str, optional
+        Jinja template text to use instead of the tokenizer's.
+    trust_remote_code : bool
+        Run the Python code the directory ships when its ``tokenizer_config.json`` names a
+        tokenizer class of its own (``auto_map``), as the tokenizers of some large models
+        do.  That code runs with your permissions: only for a directory you trust.  Off by
+        default: such a tokenizer is then refused with an error saying so.
+
+    Returns
+    -------
+    tokenizer
+        ``AutoTokenizer.from_pretrained(directory, local_files_only=True)``.
+
+    Raises
+    ------
+    ValueError
+        Naming the directory: transformers missing, no tokenizer there, code of its own
+        without ``trust_remote_code``, no chat template (give one with ``chat_template=``).
     """
     path = Path(directory)
     if not path.is_dir():
         raise ValueError(f"--tokenizer {directory}: not a directory (a local Hugging Face "
                          "tokenizer directory is needed; nothing is downloaded)")
+    AutoTokenizer = import_transformers().AutoTokenizer
     try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise ValueError("importing chat logs needs transformers: pip install "
-                         "'ngramspec[import]'") from None
-    try:
-        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        # trust_remote_code given as False, not left None: transformers would otherwise ask
+        # "Do you wish to run the custom code? [y/N]" on stdin.
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True,
+                                            trust_remote_code=bool(trust_remote_code))
     except Exception as e:  # transformers raises OSError, ValueError, KeyError, ...
+        if not trust_remote_code and "trust_remote_code" in str(e):
+            ref = _auto_map_class(path)
+            raise ValueError(f"--tokenizer {directory}: the tokenizer needs its own code from "
+                             f"that directory{f' ({ref})' if ref else ''}; pass "
+                             "--trust-remote-code (trust_remote_code=True from Python) to run "
+                             "it, only for a directory you trust: it executes its Python "
+                             "files") from None
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ValueError(f"--tokenizer {directory}: no tokenizer could be loaded from there "
                          f"({first})") from None

@@ -347,7 +347,8 @@ def _token_record(record: Any, where: str, fields: Mapping[str, str] | None) -> 
 def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
                    format: str, tokenizer: Any = None, fields: Mapping[str, str] | None = None,
                    strict: bool = False, max_errors: int = 1000,
-                   progress: Callable[[int, int], None] | None = None) -> ImportReport:
+                   progress: Callable[[int, int], None] | None = None,
+                   trust_remote_code: bool = False) -> ImportReport:
     """Convert traffic logs into a stream file (JSON Lines, gzipped when ``out`` ends in
     ``.gz``), atomically: written to a temporary file beside ``out``, renamed when complete.
 
@@ -368,6 +369,11 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
         Raise on the first record that cannot be imported instead of skipping it.
     progress : callable(done, total), optional
         Called with bytes read so far and the total input size.
+    trust_remote_code : bool
+        With ``tokenizer`` a directory: run the Python code it ships for a tokenizer class
+        of its own (``auto_map`` in ``tokenizer_config.json``); it runs with your
+        permissions, so only for a directory you trust (see
+        :func:`~ngramspec.chat_template.load_chat_tokenizer`).
 
     Returns
     -------
@@ -398,7 +404,7 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
         directory = None
         if isinstance(tokenizer, (str, os.PathLike)):
             directory = tokenizer
-            tokenizer = load_chat_tokenizer(tokenizer)
+            tokenizer = load_chat_tokenizer(tokenizer, trust_remote_code=trust_remote_code)
         elif not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer: it has no chat template")
         else:

@@ -32,6 +32,12 @@ def add_arguments(st: argparse.ArgumentParser) -> None:
     imp.add_argument("--tokenizer", metavar="DIR",
                      help="local Hugging Face tokenizer directory with a chat template (text "
                           "formats; needs transformers: pip install 'ngramspec[import]')")
+    imp.add_argument("--trust-remote-code", action="store_true",
+                     help="run the Python code the --tokenizer directory ships when its "
+                          "tokenizer_config.json names a tokenizer class of its own (auto_map), "
+                          "as the tokenizers of some large models do.  Risk: that code runs "
+                          "with your permissions; give it only for a directory you trust "
+                          "(default: off, and such a tokenizer is refused)")
     imp.add_argument("--chat-template", metavar="FILE",
                      help="a Jinja chat template to use instead of the tokenizer's")
     imp.add_argument("--field", action="append", default=[], metavar="NAME=PATH",
@@ -77,10 +83,12 @@ def _run_import(args: argparse.Namespace, out: TextIO) -> int:
             except OSError as e:
                 raise ValueError(f"--chat-template {args.chat_template}: cannot be read "
                                  f"({e.strerror or e})") from None
-        tokenizer = load_chat_tokenizer(args.tokenizer, chat_template=template)
-    elif args.tokenizer is not None or args.chat_template is not None:
-        raise ValueError("--format token-ids reads token ids: --tokenizer and --chat-template "
-                         "do not apply")
+        tokenizer = load_chat_tokenizer(args.tokenizer, chat_template=template,
+                                        trust_remote_code=args.trust_remote_code)
+    elif (args.tokenizer is not None or args.chat_template is not None
+          or args.trust_remote_code):
+        raise ValueError("--format token-ids reads token ids: --tokenizer, --chat-template "
+                         "and --trust-remote-code do not apply")
     bar = ProgressBar("import", force=args.progress, delay=0.0 if args.progress else 0.5)
     t0 = time.perf_counter()
     try:

@@ -3,6 +3,7 @@ with token ids, into stream files."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -264,6 +265,7 @@ def test_token_ids_vllm_layouts_and_field_mapping(tmp_path, capsys):
     (["--format", "token-ids", "--field", "prompt"], "--field must be NAME=PATH"),
     (["--format", "token-ids", "--field", "colour=x"], "--field colour=...: unknown field"),
     (["--format", "token-ids", "--tokenizer", "x"], "do not apply"),
+    (["--format", "token-ids", "--trust-remote-code"], "--trust-remote-code do not apply"),
 ])
 def test_import_argument_errors(tmp_path, capsys, argv, message):
     src = _jsonl(tmp_path / "v.jsonl", [{"prompt_ids": [1], "output_ids": [2]}])
@@ -337,3 +339,168 @@ def test_without_transformers_the_error_names_the_extra(tmp_path, capsys, monkey
                    str(tmp_path), "--out", str(tmp_path / "o.jsonl")])
     err = capsys.readouterr().err
     assert code == 2 and "needs transformers: pip install 'ngramspec[import]'" in err
+
+
+# --- tokenizers with code of their own, and no third-party banner lines ----------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The Python file a custom-code tokenizer ships beside its tokenizer_config.json (as the
+# tokenizers of some large MoE models do).  It marks that it ran in the file named by an
+# environment variable.
+CUSTOM_TOKENIZER_PY = '''\
+"""A tokenizer class of its own, named by tokenizer_config.json's auto_map."""
+import os
+
+from transformers import PreTrainedTokenizerFast
+
+if os.environ.get("NGRAMSPEC_TEST_CUSTOM_CODE_RAN"):
+    with open(os.environ["NGRAMSPEC_TEST_CUSTOM_CODE_RAN"], "w") as f:
+        f.write("ran")
+
+
+class ShardTokenizer(PreTrainedTokenizerFast):
+    """The plain fast tokenizer under another name, which transformers does not know."""
+'''
+
+# Run in a child process: torch hidden from every import (whether installed or not), then
+# ngramspec's command line with the remaining arguments.
+NO_TORCH_MAIN = '''\
+import importlib.util
+import sys
+
+
+class _NoTorch:
+    """A meta-path finder in front of another that finds no torch package."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0].startswith("torch"):
+            return None
+        find = getattr(self.inner, "find_spec", None)
+        return None if find is None else find(name, path, target)
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+
+sys.meta_path[:] = [_NoTorch(f) for f in sys.meta_path]
+assert importlib.util.find_spec("torch") is None and "torch" not in sys.modules
+from ngramspec.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def custom_code_tokenizer(tokenizer_dir: Path, directory: Path) -> Path:
+    """A copy of ``tokenizer_dir`` whose tokenizer class is defined by a Python file in it."""
+    import shutil
+
+    shutil.copytree(tokenizer_dir, directory)
+    config_path = directory / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "ShardTokenizer"
+    config["auto_map"] = {"AutoTokenizer": [None, "shard_tokenizer.ShardTokenizer"]}
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    (directory / "shard_tokenizer.py").write_text(CUSTOM_TOKENIZER_PY, encoding="utf-8")
+    return directory
+
+
+def run_child(argv, tmp_path, *, marker=None):
+    """``ngramspec ARGV`` in a child process without torch, stdin closed: (code, out, err)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NGRAMSPEC_COMPILE_NOTICE="0", HF_MODULES_CACHE=str(tmp_path / "hf"),
+               HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(
+                   [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    for key in ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "TRANSFORMERS_VERBOSITY"):
+        env.pop(key, None)  # transformers as a user has it: advisory lines on
+    if marker is not None:
+        env["NGRAMSPEC_TEST_CUSTOM_CODE_RAN"] = str(marker)
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH_MAIN, *map(str, argv)], cwd=tmp_path,
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _help(argv) -> str:
+    """The --help text of ``ngramspec ARGV``, whitespace collapsed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(argv)
+    return " ".join(out.getvalue().split())
+
+
+@pytest.mark.hf
+def test_custom_code_tokenizer_is_refused_without_the_flag(tokenizer_dir, tmp_path, capsys,
+                                                            monkeypatch):
+    import builtins
+
+    from ngramspec.importers import load_chat_tokenizer
+
+    custom = custom_code_tokenizer(tokenizer_dir, tmp_path / "custom")
+    src = _jsonl(tmp_path / "c.jsonl", CONVERSATIONS)
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("NGRAMSPEC_TEST_CUSTOM_CODE_RAN", str(marker))
+    prompts = []
+
+    def no_input(prompt=""):  # a question on stdin would hang a job without a terminal
+        prompts.append(prompt)
+        raise EOFError
+
+    monkeypatch.setattr(builtins, "input", no_input)
+    code, text = run(["streams", "import", str(src), "--format", "openai-chat", "--tokenizer",
+                      str(custom), "--out", str(tmp_path / "o.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and text == "", err
+    assert err.startswith(f"ngramspec: error: --tokenizer {custom}: ")
+    assert "--trust-remote-code" in err and "shard_tokenizer.ShardTokenizer" in err
+    assert prompts == [] and not marker.exists() and not (tmp_path / "o.jsonl").exists()
+    # From Python: the keyword is named.
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        load_chat_tokenizer(custom)
+    assert prompts == [] and not marker.exists()
+
+
+@pytest.mark.hf
+def test_trust_remote_code_runs_the_tokenizers_own_code(tokenizer_dir, tmp_path):
+    custom = custom_code_tokenizer(tokenizer_dir, tmp_path / "custom")
+    src = _jsonl(tmp_path / "c.jsonl", CONVERSATIONS)
+    code, text = run(["streams", "import", str(src), "--format", "openai-chat", "--tokenizer",
+                      str(tokenizer_dir), "--out", str(tmp_path / "plain.jsonl")])
+    assert code == 0, text
+    marker = tmp_path / "ran"
+    code, out, err = run_child(["streams", "import", src, "--format", "openai-chat",
+                                "--tokenizer", custom, "--trust-remote-code", "--out",
+                                tmp_path / "custom.jsonl"], tmp_path, marker=marker)
+    assert code == 0 and err == "", err
+    assert "5 streams from 3 records" in out
+    assert marker.read_text() == "ran"  # the directory's own code made the tokenizer
+    assert ns.read_streams(tmp_path / "custom.jsonl") == ns.read_streams(tmp_path / "plain.jsonl")
+    assert "--trust-remote-code" in _help(["streams", "import", "--help"])
+
+
+@pytest.mark.hf
+def test_no_third_party_banner_without_torch(tokenizer_dir, tmp_path):
+    src = _jsonl(tmp_path / "c.jsonl", CONVERSATIONS)
+    code, out, err = run_child(["streams", "import", src, "--format", "openai-chat",
+                                "--tokenizer", tokenizer_dir, "--out", tmp_path / "s.jsonl"],
+                               tmp_path)
+    assert code == 0, err
+    assert err == ""  # transformers says "PyTorch was not found ..." on import without torch
+    assert out.splitlines()[0].startswith("5 streams from 3 records") and "PyTorch" not in out
+    # The user's own transformers settings are as they were after the import.
+    code = ("import os, sys; from ngramspec.chat_template import load_chat_tokenizer; "
+            f"load_chat_tokenizer({str(tokenizer_dir)!r}); "
+            "assert 'TRANSFORMERS_NO_ADVISORY_WARNINGS' not in os.environ; "
+            "from transformers.utils import logging; "
+            "assert logging.get_verbosity() == logging.WARNING, logging.get_verbosity()")
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRANSFORMERS_")}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 0, proc.stderr
