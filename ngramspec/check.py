@@ -57,6 +57,7 @@ import numpy as np
 from . import _torch_loop as tl
 from .config import NgramConfig
 from .costs import CostTable, Engine, ServingPrediction, engine_of, predict_serving, schedule
+from .costs.uncertainty import bootstrap, with_interval
 from .drafter import Drafter
 from .drafts import DraftBatch
 from .simulate import _recorded_argmax, admit, simulate
@@ -132,6 +133,9 @@ class CheckRow:
                 "predicted_draft_ms_per_step": self.prediction.draft_ms,
                 "predicted_draft_source": self.prediction.draft_source,
                 "predicted_speed_up": self.predicted_speed_up,
+                **({"predicted_speed_up_low": self.prediction.interval.speed_up[0],
+                    "predicted_speed_up_high": self.prediction.interval.speed_up[1]}
+                   if self.prediction.interval is not None else {}),
                 "realised_speed_up": self.realised_speed_up, "ratio": self.ratio,
                 "flagged": self.flagged, "agreement": self.agreement,
                 "interpolated": dict(self.interpolated)}
@@ -430,7 +434,10 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
     for c in levels:
         run_at = min(c, len(rows))
         sim = simulate(rows, config=config, concurrency=run_at, costs=auto)
-        predicted.append((c, run_at, sim, predict_serving(sim, cost_table, engine=rule)))
+        pred = predict_serving(sim, cost_table, engine=rule)
+        pred = with_interval(pred, bootstrap(sim, cost_table, engine=rule,
+                                             draft_ms=pred.draft_ms))
+        predicted.append((c, run_at, sim, pred))
     torch, dev = tl.setup(device, dtype=dtype, threads=threads, what="check")
     model, name = tl.load_model(model, dev, dtype)
     _check_inputs(rows, int(model.config.vocab_size))

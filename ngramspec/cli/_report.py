@@ -10,6 +10,8 @@ from typing import Any, TextIO
 from .. import config as config_module
 from ..config import NgramConfig
 from ..costs import ENGINES, ServingPrediction, verdict
+from ..costs import speed_up_text
+from ..costs.uncertainty import MIN_REQUESTS, Interval
 from ..simulate import SimulationResult
 from ._options import check_out_file, config_fields
 
@@ -62,8 +64,13 @@ def config_line(cfg: NgramConfig) -> str:
 def _decoding_line(result: SimulationResult) -> str:
     d = result.decoding
     if d["kind"] == "greedy":
-        return ("decoding: greedy (no sampling fields): the accept lengths are SGLang's, "
-                "exactly")
+        cfg = result.config
+        if cfg.sglang_exact:
+            return ("decoding: greedy (no sampling fields): the accept lengths are SGLang's, "
+                    "exactly")
+        return ("decoding: greedy (no sampling fields): the exact accept lengths of this "
+                "configuration, which goes beyond SGLang's options (SGLang's server runs it "
+                "only on ngramspec's drafter: ngramspec sglang-launch)")
     sets = "; ".join(" ".join(f"{k}={v}" for k, v in st.items() if v is not None)
                      for st in d["settings"][:3]) + ("; ..." if len(d["settings"]) > 3 else "")
     head = (f"decoding: sampled ({sets})" if d["kind"] == "sampled" else
@@ -73,7 +80,7 @@ def _decoding_line(result: SimulationResult) -> str:
 
 
 def format_report(result: SimulationResult, *, by: str | None = None, source: str = "",
-                  asked: int | None = None) -> str:
+                  asked: int | None = None, interval: Interval | None = None) -> str:
     """The readable report of one simulation (what ``ngramspec simulate`` prints first)."""
     s = result.summary
     clamp = (f" (asked {asked:,}; at most {result.concurrency} requests can share a step)"
@@ -95,6 +102,11 @@ def format_report(result: SimulationResult, *, by: str | None = None, source: st
     if by:
         for name, g in result.by(by).items():
             lines.append(row(f"  {name}"[:18], g))
+    if interval is not None:
+        lo, hi = interval.tokens_per_step
+        lines.append(f"tokens/step {s.tokens_per_step:.3f} ({lo:.3f}–{hi:.3f}): 90% interval, "
+                     f"bootstrap over {interval.requests} requests"
+                     + (f" (fewer than {MIN_REQUESTS}: rough)" if interval.few else ""))
     lines += ["", "acceptance by depth (share of verify steps accepting at least k drafts):"]
     ks = range(1, len(s.acceptance_by_depth) + 1)
     lines.append("  k  " + "".join(f"{k:>7}" for k in ks))
@@ -141,13 +153,17 @@ def format_predictions(levels: list[tuple[int, SimulationResult, ServingPredicti
                  "TPOT ms mean/p50/p90", "(without)"]
     rows = []
     for asked, r, p in levels:
-        cells = [f"{asked:,}" + ("*" if asked != r.concurrency else ""),
-                 f"{r.tokens_per_step:.3f}", f"{r.batch_steps:,}"]
+        iv = p.interval if p is not None else None
+        tps = f"{r.tokens_per_step:.3f}"
+        if iv is not None:
+            tps += f" ({iv.tokens_per_step[0]:.3f}–{iv.tokens_per_step[1]:.3f})"
+        cells = [f"{asked:,}" + ("*" if asked != r.concurrency else ""), tps,
+                 f"{r.batch_steps:,}"]
         if p is not None:
             t, b = p.tpot_ms, p.baseline_tpot_ms
             word = "faster" if p.speed_up > 1 else "SLOWER" if p.speed_up < 1 else "same"
             cells += [f"{p.baseline_steps:,}", f"{p.speculative_tokens_per_s:,.1f}",
-                      f"{p.baseline_tokens_per_s:,.1f}", f"{p.speed_up:.2f}x {word}",
+                      f"{p.baseline_tokens_per_s:,.1f}", f"{speed_up_cell(p)} {word}",
                       f"{t['mean']:.2f}/{t['p50']:.2f}/{t['p90']:.2f}",
                       f"({b['mean']:.2f}/{b['p50']:.2f}/{b['p90']:.2f})"]
         rows.append(cells)
@@ -165,9 +181,19 @@ def format_predictions(levels: list[tuple[int, SimulationResult, ServingPredicti
         lines.append("* clamped to the number of requests")
     if with_cost:
         lines.append("tok/s: decode tokens of all requests / total time; TPOT: per request, "
-                     "its decode time / its decode tokens")
+                     "its decode time / its decode tokens; (low–high): 90% interval, "
+                     "bootstrap over requests")
         lines.append("verdict: " + verdict([p for _, _, p in levels]))
     return "\n".join(lines)
+
+
+def speed_up_cell(p: ServingPrediction) -> str:
+    """A predicted speed-up with its 90% interval where known: ``1.21x (1.15–1.27)``."""
+    text = speed_up_text(p.speed_up)
+    if p.interval is not None and p.interval.speed_up is not None:
+        lo, hi = p.interval.speed_up
+        text += f" ({lo:.2f}–{hi:.2f})"
+    return text
 
 
 def _drafting(levels: list[tuple[int, SimulationResult, ServingPrediction | None]]) -> str:

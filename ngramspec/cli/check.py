@@ -8,11 +8,12 @@ import os
 from typing import TextIO
 
 from ..costs import ENGINES, parse_concurrency
+from ..costs import speed_up_text
 from ..streams import read_streams
 from ._options import (add_config_flags, add_engine, add_model, add_progress, add_torch_flags,
                        base_options, check_out_dir, config_options, make_config,
                        read_cost_table, write_atomic)
-from ._report import ProgressBar, config_line, format_table
+from ._report import ProgressBar, config_line, format_table, speed_up_cell
 
 HELP = "hold the predicted speed-up against the real model"
 DESCRIPTION = ("Decode recorded streams on a transformers model, teacher-forced (the recording "
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if r.steps != r.simulated_steps:
             flag = (flag + " " if flag else "") + "<-- steps differ"
         lines.append([c, f"{r.steps}/{r.simulated_steps}", str(r.tokens),
-                      f"{r.predicted_speed_up:.2f}x", f"{r.realised_speed_up:.2f}x",
+                      speed_up_cell(r.prediction), speed_up_text(r.realised_speed_up),
                       f"{r.ratio:.2f}", flag])
     if not any(line[-1] for line in lines):  # no flags: no empty column
         cols, lines = cols[:-1], [line[:-1] for line in lines]

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from ..config import NgramConfig
 from ..costs import CostTable, ServingPrediction, parse_concurrency, predict_serving, verdict
+from ..costs.uncertainty import LEVEL, bootstrap, with_interval
 from ..simulate import SimulationResult, pool_results, simulate, simulate_stream
 from ..streams import embedded_streams_path, iter_streams
 from ..sweep import EXECUTORS, make_executor, plan_shards, run_shard, shard_values
@@ -93,11 +94,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                               progress=bar, corpora=corpora, costs=auto_costs(config, cost))
         finally:
             bar.close()
-        pred = (predict_serving(result, cost, draft_ms=args.draft_ms, engine=args.engine)
-                if cost else None)
+        pred = None
+        if cost is not None:
+            pred = predict_serving(result, cost, draft_ms=args.draft_ms, engine=args.engine)
+            pred = with_interval(pred, bootstrap(result, cost, engine=args.engine,
+                                                 draft_ms=pred.draft_ms))
         done.append((asked, result, pred))
     first = done[0][1]
-    out.write(format_report(first, by=args.by, source=label, asked=done[0][0]) + "\n")
+    first_interval = (done[0][2].interval if done[0][2] is not None else bootstrap(first))
+    out.write(format_report(first, by=args.by, source=label, asked=done[0][0],
+                            interval=first_interval) + "\n")
     if cost is not None or len(done) > 1:
         out.write("\n" + format_predictions(done, cost_label(cost, args) if cost else "")
                   + "\n")
@@ -110,6 +116,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                   "every step anyway: there it saves no forward time, only drafts\n")
     if args.json:
         report = first.to_dict(by=args.by)
+        report["summary"].update(tokens_per_step_low=first_interval.tokens_per_step[0],
+                                 tokens_per_step_high=first_interval.tokens_per_step[1])
+        report["interval"] = {"level": LEVEL, "resamples": first_interval.resamples,
+                              "requests": first_interval.requests,
+                              "method": "bootstrap over whole requests, fixed seed"}
         if len(done) > 1:
             report["levels"] = [{"concurrency": asked, "run_at": r.concurrency,
                                  **r.summary.to_dict()} for asked, r, _ in done]

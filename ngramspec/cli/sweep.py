@@ -14,6 +14,8 @@ from ..config import NgramConfig
 from ..config_toml import render_ranking
 from ..costs import (ENGINES, CostModel, CostTable, ServingPrediction, parse_concurrency,
                      verdict)
+from ..costs import speed_up_text
+from ..costs.uncertainty import RESAMPLES, Interval
 from ..sweep.budget import BUDGETS
 from ..sweep import (EXECUTORS, Job, ResultsFile, SweepPlan, expand_grid, make_executor,
                      pair_holdout, plan_sweep, rank, run_sweep)
@@ -22,7 +24,7 @@ from ._options import (add_common, base_options, check_cost_covers, check_engine
                        check_out_file, config_fields, cost_label, cost_model, default_jobs,
                        kind_of, load, make_config, parse_list, preset_of, write_atomic)
 from ._report import (ProgressBar, check_plot, options_label, pct, plot_concurrency,
-                      plot_sweep, sglang_flags, format_table)
+                      plot_sweep, sglang_flags, format_table, speed_up_cell)
 
 HELP = "rank a grid of settings"
 DESCRIPTION = ("Simulate a grid of settings (comma lists) in parallel and rank them by "
@@ -168,12 +170,15 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
         on_hold = sorted(results, key=lambda r: -r["holdout"][key])
         place = next(i for i, r in enumerate(on_hold, 1) if r is best)
         what = "speed-up" if cost is not None else "tokens/step"
-        fmt = (lambda x: f"{x:.2f}x") if cost is not None else (lambda x: f"{x:.3f}")
+        fmt = speed_up_text if cost is not None else (lambda x: f"{x:.3f}")
+        tuned = (speed_up_cell(_prediction(best)) if cost is not None else
+                 f"{best[key]:.3f} ({best['tokens_per_step_low']:.3f}–"
+                 f"{best['tokens_per_step_high']:.3f})")
         out.write(f"winner on the tuning part ({len(rows)} requests): "
                   f"{options_label(best['options'], results)}"
                   f"{' at concurrency ' + str(best['concurrency']) if len(conc) > 1 else ''}; "
                   f"on the hold-out part ({len(held)} requests) its {what} is "
-                  f"{fmt(best['holdout'][key])} (tuning: {fmt(best[key])}), rank {place} of "
+                  f"{fmt(best['holdout'][key])} (tuning: {tuned}), rank {place} of "
                   f"{len(results)} there\n")
     if any(asked != c for asked, c in levels):
         out.write(f"(concurrency above {len(rows)} requests runs at {len(rows)})\n")
@@ -185,9 +190,7 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
             ranked = sorted(by_config.items(), key=lambda kv: -max(r["speedup"] for r in kv[1]))
             out.write("verdicts (best configs first):\n")
             for name, rs in ranked[:args.top or 10]:
-                preds = [ServingPrediction(r["concurrency"], 0, 0, 1.0, r["speedup"],
-                                           r["speedup"], 0, 0.0, engine=args.engine)
-                         for r in rs]
+                preds = [_prediction(r) for r in rs]
                 out.write(f"  {name}: {verdict(preds)}\n")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -305,7 +308,18 @@ def _write_best(args: argparse.Namespace, out: TextIO, best: dict, base: dict[st
 
 
 def _x(speed_up: float) -> str:
-    return f"{speed_up:.2f}x"
+    return speed_up_text(speed_up)
+
+
+def _prediction(record: dict) -> ServingPrediction:
+    """What the ranking and the verdicts read of a record's prediction: its level, speed-up,
+    engine and interval."""
+    p = record["prediction"]
+    iv = Interval((record["tokens_per_step_low"], record["tokens_per_step_high"]),
+                  (p["speed_up_low"], p["speed_up_high"]), p["interval_requests"],
+                  RESAMPLES)
+    return ServingPrediction(record["concurrency"], 0, 0, 1.0, record["speedup"],
+                             record["speedup"], 0, 0.0, engine=p["engine"], interval=iv)
 
 
 def _part_label(job: Job, conc: list[int], holdout: bool) -> str:
@@ -368,14 +382,15 @@ def _rows(shown: list[dict], names: list[str], with_cost: bool, holdout: bool
     lines = []
     for i, r in enumerate(shown, 1):
         cells = [str(i)] + [str(r["options"].get(n, r.get(n, "-"))) for n in names]
-        cells += [f"{r['tokens_per_step']:.3f}"]
+        cells += [f"{r['tokens_per_step']:.3f} ({r['tokens_per_step_low']:.3f}–"
+                  f"{r['tokens_per_step_high']:.3f})"]
         if holdout:
             cells += [f"{r['holdout']['tokens_per_step']:.3f}"]
         cells += [f"{r['draft_nodes_per_step']:.2f}", pct(r["share_steps_with_draft"])]
         if with_cost:
-            cells += [f"{r['speedup']:.2f}x"]
+            cells += [speed_up_cell(_prediction(r))]
             if holdout:
-                cells += [f"{r['holdout']['speedup']:.2f}x"]
+                cells += [speed_up_text(r["holdout"]["speedup"])]
             cells += [f"{r['speculative_tokens_per_s']:,.1f}",
                       f"{r['baseline_tokens_per_s']:,.1f}"]
         lines.append(cells)

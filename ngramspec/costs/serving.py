@@ -38,7 +38,7 @@ from .model import CostModel
 from .table import Cost, CostTable
 
 __all__ = ["Schedule", "ServingPrediction", "schedule", "predict_serving", "verdict",
-           "parse_concurrency"]
+           "parse_concurrency", "speed_up_text"]
 
 
 # --- the schedule -------------------------------------------------------------------------
@@ -177,6 +177,9 @@ class ServingPrediction:
         The engine priced (``"custom"`` or ``"sglang"``, :mod:`ngramspec.costs.engines`).
     draft_source : str
         Where ``draft_ms`` comes from (given, timed, included in the cost table).
+    interval : Interval, optional
+        90% bootstrap intervals over requests (:class:`~ngramspec.costs.Interval`, from
+        :func:`~ngramspec.costs.bootstrap`), where asked for.
     """
 
     concurrency: int
@@ -191,6 +194,7 @@ class ServingPrediction:
     baseline_tpot_ms: dict[str, float] = field(default_factory=dict)
     engine: str = "custom"
     draft_source: str = ""
+    interval: Any = None  # an ngramspec.costs.Interval (bootstrap sits above this module)
 
     @property
     def speculative_tokens_per_s(self) -> float:
@@ -206,7 +210,20 @@ class ServingPrediction:
                 "baseline_steps": self.baseline_steps, "speculative_ms": self.speculative_ms,
                 "baseline_ms": self.baseline_ms, "speed_up": self.speed_up,
                 "tokens": self.tokens, "tpot_ms": dict(self.tpot_ms), "engine": self.engine,
-                "draft_ms": self.draft_ms, "draft_source": self.draft_source}
+                "draft_ms": self.draft_ms, "draft_source": self.draft_source,
+                **_interval_dict(self.interval)}
+
+
+def _interval_dict(iv: Any) -> dict[str, Any]:
+    """``low``/``high`` beside each figure, as the JSON reports carry them."""
+    if iv is None:
+        return {}
+    out: dict[str, Any] = {"tokens_per_step_low": iv.tokens_per_step[0],
+                           "tokens_per_step_high": iv.tokens_per_step[1],
+                           "interval_requests": iv.requests}
+    if iv.speed_up is not None:
+        out.update(speed_up_low=iv.speed_up[0], speed_up_high=iv.speed_up[1])
+    return out
 
 
 def _tpot(step_ms: np.ndarray, start: np.ndarray, steps: np.ndarray,
@@ -324,23 +341,47 @@ def verdict(predictions: Sequence[ServingPrediction]) -> str:
     >>> import dataclasses
     >>> print(verdict([dataclasses.replace(p, engine="sglang") for p in ps]))
     pays off up to concurrency 4: disable above (0.90x at 16); SGLang cannot switch NGRAM off by batch size: serve it only where the load stays at or below 4 requests (e.g. --max-running-requests 4 on a pool of its own)
+
+    With intervals (:func:`~ngramspec.costs.bootstrap`), a level whose interval straddles 1.0
+    is named, and so are too few requests:
+
+    >>> from ngramspec.costs import Interval
+    >>> iv = Interval((1.5, 1.7), (0.8, 1.05), requests=12, resamples=400)
+    >>> print(verdict([dataclasses.replace(ps[2], interval=iv)]))
+    does not pay off at any concurrency tested (best 0.90x at 16): keep it disabled; not enough requests to tell at concurrency 16 (the 90% interval straddles 1.0); only 12 requests: below 30 the intervals themselves are unreliable, record more
     """
     if not predictions:
         raise ValueError("no predictions to judge")
     ps = sorted(predictions, key=lambda p: p.concurrency)
+    line = _point_verdict(ps)
+    unsure = [p.concurrency for p in ps if p.interval is not None and
+              p.interval.speed_up is not None and p.interval.speed_up[0] <= 1 <=
+              p.interval.speed_up[1]]
+    if unsure:
+        line += (f"; not enough requests to tell at concurrency "
+                 f"{', '.join(map(str, unsure))} (the 90% interval straddles 1.0)")
+    few = next((p.interval for p in ps if p.interval is not None and p.interval.few), None)
+    if few is not None:
+        line += (f"; only {few.requests} requests: below {few.min_requests} the intervals "
+                 "themselves are unreliable, record more")
+    return line
+
+
+def _point_verdict(ps: list[ServingPrediction]) -> str:
+    """The verdict from the predicted figures alone (levels in increasing order)."""
     good = [p for p in ps if p.speed_up > 1]
     if not good:
         best = max(ps, key=lambda p: p.speed_up)
-        return (f"does not pay off at any concurrency tested (best {best.speed_up:.2f}x at "
-                f"{best.concurrency}): keep it disabled")
+        return (f"does not pay off at any concurrency tested (best "
+                f"{speed_up_text(best.speed_up)} at {best.concurrency}): keep it disabled")
     if len(good) == len(ps):
         return (f"pays off at every concurrency tested, up to {ps[-1].concurrency} "
-                f"({ps[-1].speed_up:.2f}x there)")
+                f"({speed_up_text(ps[-1].speed_up)} there)")
     first_bad = next(i for i, p in enumerate(ps) if p.speed_up <= 1)
     if all(p.speed_up <= 1 for p in ps[first_bad:]) and first_bad > 0:
         bad, top = ps[first_bad], ps[first_bad - 1].concurrency
         line = (f"pays off up to concurrency {top}: disable above "
-                f"({bad.speed_up:.2f}x at {bad.concurrency})")
+                f"({speed_up_text(bad.speed_up)} at {bad.concurrency})")
         if ps[0].engine == "sglang":
             line += (f"; SGLang cannot switch NGRAM off by batch size: serve it only where "
                      f"the load stays at or below {top} requests (e.g. --max-running-requests "
@@ -381,3 +422,26 @@ def parse_concurrency(text: str, *, flag: str = "--concurrency") -> list[int]:
             raise ValueError(f"{flag}: {c} is listed twice")
         out.append(c)
     return out
+
+
+def speed_up_text(x: float, digits: int = 2) -> str:
+    """A speed-up with the digits that keep it on its side of 1.0 (``0.995`` is ``0.995x``,
+    not ``1.00x``).
+
+    Examples
+    --------
+    >>> speed_up_text(1.2149), speed_up_text(0.996), speed_up_text(1.0)
+    ('1.21x', '0.996x', '1.00x')
+    >>> speed_up_text(0.9999999), speed_up_text(1.0000001)
+    ('0.99999x', '1.00001x')
+    """
+    if not math.isfinite(x):
+        return f"{x}x"
+    for d in range(digits, 6):
+        text = f"{x:.{d}f}"
+        shown = float(text)
+        if x == 1.0 or (shown > 1) == (x > 1) and (shown < 1) == (x < 1):
+            return text + "x"
+    # Closer to 1 than five digits show: rounded away from 1, so it stays on its side.
+    step = 1e-5
+    return f"{(math.floor(x / step) if x < 1 else math.ceil(x / step)) * step:.5f}x"

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from ..config import NgramConfig
 from ..costs import CostModel, CostTable, predict_serving
+from ..costs.uncertainty import bootstrap, with_interval
 from ..simulate import simulate
 from .executors import versions
 from .results import SCHEMA_VERSION
@@ -133,9 +134,13 @@ def run_job(job: Job, parts: Mapping[str, list[dict]]) -> dict:
                {k: v.to_dict() for k, v in r.by(job.by).items()},
                draft_ms_per_step=r.draft_ms_per_step, wall_seconds=r.wall_seconds,
                task_seconds=None, finished_at=None)
+    iv = bootstrap(r)
+    out.update(tokens_per_step_low=iv.tokens_per_step[0],
+               tokens_per_step_high=iv.tokens_per_step[1])
     if job.cost is not None:
         # Predicted in the worker: the per-request step counts need not travel back.
         p = predict_serving(r, job.cost, draft_ms=job.draft_ms, engine=job.engine)
+        p = with_interval(p, bootstrap(r, job.cost, engine=job.engine, draft_ms=p.draft_ms))
         out.update(prediction=dict(p.to_dict(), concurrency=job.concurrency),
                    speedup=p.speed_up, speculative_tokens_per_s=p.speculative_tokens_per_s,
                    baseline_tokens_per_s=p.baseline_tokens_per_s)

@@ -26,7 +26,8 @@ except ImportError:  # not POSIX: an exclusive lock file instead
 __all__ = ["ResultsFile", "ResultsFileError", "RESULT_FIELDS", "TIMING_FIELDS", "SCHEMA_VERSION",
            "fingerprint"]
 
-#: Version of the record layout below (2: ``engine``, the serving engine priced).
+#: Version of the record layout below (2: ``engine``, the serving engine priced, and the 90%
+#: bootstrap interval of tokens per step; the prediction carries its speed-up's).
 SCHEMA_VERSION = 2
 
 #: Every field of a record, with its kind: str, int, float, floats (list), json (nested).
@@ -37,6 +38,7 @@ RESULT_FIELDS: dict[str, str] = {
     "run_concurrency": "int", "options": "json", "config": "json", "match_type": "str",
     "draft_token_num": "int", "backend": "str", "requests": "int", "verify_steps": "int",
     "emitted_tokens": "int", "batch_steps": "int", "tokens_per_step": "float",
+    "tokens_per_step_low": "float", "tokens_per_step_high": "float",
     "acceptance_by_depth": "floats", "draft_nodes_per_step": "float",
     "share_steps_with_draft": "float", "speedup": "float",
     "speculative_tokens_per_s": "float", "baseline_tokens_per_s": "float",

@@ -38,7 +38,7 @@ def test_simulate_table_and_json(streams, tmp_path):
     assert "speed-up" in text and "SLOWER" in text
     data = json.loads(report.read_text())
     assert set(data) == {"config", "summary", "groups", "requests", "cost_table", "prediction",
-                         "engine", "verdict"}
+                         "engine", "verdict", "interval"}
     assert data["config"]["match_type"] == "PROB" and data["config"]["draft_token_num"] == 8
     assert data["summary"]["tokens_per_step"] == want.tokens_per_step
     assert data["summary"]["concurrency"] == 2

@@ -6,6 +6,7 @@ are found before any model runs are checked without them.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -258,7 +259,7 @@ def test_the_loop_sends_what_the_engine_verifies(tmp_path, monkeypatch, preset, 
     import ngramspec._torch_loop as tl
     from ngramspec import Drafter, NgramConfig, simulate
     from ngramspec import check as chk
-    from ngramspec.costs import CostTable, predict_serving, schedule
+    from ngramspec.costs import CostTable, bootstrap, predict_serving, schedule
     from ngramspec.simulate.results import SimulationResult
 
     n = 6
@@ -320,6 +321,8 @@ def test_the_loop_sends_what_the_engine_verifies(tmp_path, monkeypatch, preset, 
             assert 1 in sched.tokens and any(1 < t < n for t in sched.tokens)
             assert r.interpolated["tokens"] == sorted(set(sched.tokens.tolist()) - {1, n})
         want = predict_serving(sim, table, engine=engine)
+        want = dataclasses.replace(want, interval=bootstrap(sim, table, engine=engine,
+                                                            draft_ms=want.draft_ms))
         assert r.prediction == want and r.predicted_speed_up == want.speed_up
         assert r.prediction.engine == engine
     if engine == "sglang" and preset == "recommended":

@@ -7,6 +7,7 @@ import importlib
 import io
 import json
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,7 +19,8 @@ from numpy.testing import assert_array_equal
 import ngramspec as ns
 from ngramspec.simulate import admit
 from ngramspec.cli import main
-from ngramspec.costs import (CostTable, CostTableError, ServingPrediction, parse_concurrency,
+from ngramspec.costs import (CostTable, CostTableError, Interval, ServingPrediction,
+                             parse_concurrency,
                              predict_serving, schedule, verdict)
 from ngramspec.streams import embedded_streams_path
 
@@ -237,7 +239,7 @@ def test_flat_table_gives_the_seed_figure_at_concurrency_1(corpus, tmp_path):
     assert pred.steps == r.summary.verify_steps and pred.tokens == r.summary.emitted_tokens
     code, text = run(["simulate", "--cost-table", str(p), "--draft-ms", "0", "--no-progress"])
     assert code == 0
-    assert "0.70x SLOWER" in text
+    assert re.search(r"0\.70x \(0\.\d\d–0\.\d\d\) SLOWER", text)
     assert "verdict: does not pay off at any concurrency tested" in text
 
 
@@ -296,7 +298,9 @@ def test_printed_speed_up_is_the_formula_on_the_written_out_schedule(few, tmp_pa
     (pred,) = data["prediction"]
     assert set(pred) == {"concurrency", "steps", "baseline_steps", "speculative_ms",
                          "baseline_ms", "speed_up", "tokens", "tpot_ms", "engine", "draft_ms",
-                         "draft_source"}
+                         "draft_source", "speed_up_low", "speed_up_high", "tokens_per_step_low",
+                         "tokens_per_step_high", "interval_requests"}
+    assert pred["speed_up_low"] <= pred["speed_up"] <= pred["speed_up_high"]
     assert pred["engine"] == data["engine"] == engine and pred["draft_ms"] == 0.5
     assert set(pred["tpot_ms"]) == {"mean", "p50", "p90"}
     assert pred["steps"] == len(rows) and pred["baseline_steps"] == len(base_rows)
@@ -337,7 +341,11 @@ def test_several_levels_rows_verdict_json_and_plot(few, tmp_path):
     assert "1,000,000,000,000*" in text and "clamped to the number of requests" in text
     preds = [ServingPrediction(p["concurrency"], p["steps"], p["baseline_steps"],
                                p["speculative_ms"], p["baseline_ms"], p["speed_up"],
-                               p["tokens"], 0.0) for p in data["prediction"]]
+                               p["tokens"], 0.0, interval=Interval(
+                                   (p["tokens_per_step_low"], p["tokens_per_step_high"]),
+                                   (p["speed_up_low"], p["speed_up_high"]),
+                                   p["interval_requests"], 400))
+             for p in data["prediction"]]
     assert data["verdict"] == verdict(preds)
     assert "verdict: " + data["verdict"] in text
     for p in data["prediction"]:
