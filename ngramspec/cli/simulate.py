@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any, TextIO
 
+from ..chat_template import import_transformers
 from ..config import NgramConfig
 from ..costs import CostTable, ServingPrediction, parse_concurrency, predict_serving, verdict
 from ..costs.uncertainty import LEVEL, bootstrap, with_interval
@@ -35,6 +36,10 @@ def add_arguments(sim: argparse.ArgumentParser) -> None:
                           "token ids or (with --tokenizer) a string; its id is the path")
     sim.add_argument("--tokenizer", metavar="DIR", help="local Hugging Face tokenizer "
                      "directory for text corpora (needs transformers)")
+    sim.add_argument("--trust-remote-code", action="store_true",
+                     help="let --tokenizer run the Python code its directory ships (some "
+                          "large models' tokenizers need it); it runs with your permissions: "
+                          "only for a directory you trust")
     sim.add_argument("--by", metavar="FIELD", help="also report per value of this metadata "
                                                    "field (e.g. task)")
     sim.add_argument("--plot", metavar="PATH.png",
@@ -259,14 +264,16 @@ def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
         return None
     tokenizer = None
     if args.tokenizer:
+        AutoTokenizer = import_transformers("--tokenizer").AutoTokenizer
         try:
-            from transformers import AutoTokenizer
-        except ImportError:
-            raise ValueError("--tokenizer needs the transformers package "
-                             "(pip install transformers)") from None
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
-        except (OSError, ValueError) as e:
+            # trust_remote_code given, never None: transformers would ask on stdin.
+            tokenizer = AutoTokenizer.from_pretrained(
+                args.tokenizer, local_files_only=True,
+                trust_remote_code=bool(args.trust_remote_code))
+        except Exception as e:  # transformers raises OSError, ValueError, KeyError, ...
+            hint = ("; it needs its own code: pass --trust-remote-code, only for a directory "
+                    "you trust" if "trust_remote_code" in str(e) else "")
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ValueError(f"--tokenizer {args.tokenizer}: no tokenizer could be loaded "
-                             f"from there ({e})") from None
+                             f"from there ({first}){hint}") from None
     return {path: read_corpus(path, tokenizer=tokenizer) for path in args.corpus}
