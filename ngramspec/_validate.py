@@ -8,6 +8,11 @@ changes any state, so a failed check leaves every cache untouched.
 The common cases cost no Python work per token: int32 arrays pass as they are, other integer
 arrays are range-checked with one NumPy reduction per batch, and lists of plain ints are
 recognised by their element types in one C-level pass.
+
+Wherever an array is taken, a torch tensor is too, without importing torch: anything with
+``.detach()``, ``.cpu()`` and ``.numpy()`` is read as ``x.detach().cpu().numpy()`` (see
+:func:`host_array`), so a tensor on a GPU is copied to the host first (which waits for the
+device).
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from typing import Any, Hashable
 
 import numpy as np
 
-__all__ = ["INT32_MIN", "INT32_MAX", "as_sequence", "as_batch", "as_contexts", "serving_one",
+__all__ = ["INT32_MIN", "INT32_MAX", "is_tensor", "host_array", "as_sequence", "as_batch",
+           "as_contexts", "serving_one",
            "serving_batch", "as_serving_one",
            "as_request_id", "as_request_ids", "as_total_lens", "as_lengths", "as_count_from",
            "check_config", "check_backend", "check_bool", "as_positive_int",
            "as_token_matrix", "as_logits", "as_threshold", "check_rng", "as_probs",
-           "renamed_keyword"]
+           "renamed_keyword", "as_token", "first_negative", "negative_error",
+           "refuse_negative", "duplicate_error"]
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MAX = np.iinfo(np.int64).max
@@ -36,6 +43,28 @@ _LIST_TYPES = frozenset((list, tuple))
 _I64_END = 2 ** 63
 _NDARRAY, _INT32_ONLY, _ONE = {np.ndarray}, {_I32}, {1}
 _DTYPE, _NDIM = operator.attrgetter("dtype"), operator.attrgetter("ndim")
+
+
+# Tensors -----------------------------------------------------------------------------------
+
+def is_tensor(x: Any) -> bool:
+    """A torch tensor, or anything that reads like one (``.detach()``, ``.cpu()``, ``.numpy()``);
+    NumPy arrays have none of the three."""
+    return hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy")
+
+
+def host_array(x: Any, name: str, what: str = "integer token ids") -> Any:
+    """``x`` itself, or, for a tensor (:func:`is_tensor`), its values as a NumPy array on the
+    host: ``x.detach().cpu().numpy()`` (no copy for a CPU tensor; a GPU tensor is copied,
+    which waits for the device).  The one place where ngramspec reads tensors; ``what`` is
+    what ``name`` must hold, for the message about a dtype NumPy lacks."""
+    if type(x) is np.ndarray or not is_tensor(x):
+        return x
+    try:
+        return x.detach().cpu().numpy()
+    except (TypeError, RuntimeError) as e:  # a dtype NumPy lacks (bfloat16), say
+        raise TypeError(f"{name} must hold {what}, got a tensor of dtype "
+                        f"{getattr(x, 'dtype', '?')} that NumPy cannot read ({e})") from None
 
 
 # Token sequences ---------------------------------------------------------------------------
@@ -85,6 +114,8 @@ def _from_items(items: Sequence, name: str) -> np.ndarray:
 
 def as_sequence(seq: Any, name: str) -> np.ndarray:
     """One 1-D sequence of token ids as an int32 array (int32 input is not copied)."""
+    if type(seq) is not np.ndarray:
+        seq = host_array(seq, name)
     if type(seq) is np.ndarray:
         if seq.ndim == 1 and seq.dtype == _I32:
             return seq
@@ -107,11 +138,55 @@ def as_sequence(seq: Any, name: str) -> np.ndarray:
     return arr.astype(np.int32, copy=False)
 
 
+def first_negative(arr: np.ndarray) -> tuple[int, ...] | None:
+    """The index of the first negative value of an integer array, or None: one reduction when
+    there is none (the common case), so the check costs no Python work per token.
+    (``argmin``: 0.4 us on a step's few tokens, where ``min()`` takes 0.7.)"""
+    if arr.size and arr.dtype.kind == "i" and arr.item(int(arr.argmin())) < 0:
+        return tuple(int(i) for i in np.argwhere(arr < 0)[0])
+    return None
+
+
+def negative_error(name: str, value: Any) -> ValueError:
+    return ValueError(f"{name} = {int(value)} is a negative token id; token ids must be >= 0 "
+                      "(a tokenizer makes none: leave padding out instead of writing -1)")
+
+
+def refuse_negative(arr: np.ndarray, name: str) -> np.ndarray:
+    """``arr`` (token ids of any shape), or a ValueError naming its first negative id."""
+    at = first_negative(arr)
+    if at is not None:
+        raise negative_error(name + "".join(f"[{i}]" for i in at), arr[at])
+    return arr
+
+
+def as_token(value: Any, name: str) -> int:
+    """One token id (an int, a NumPy integer, or an array or tensor of one element) as an
+    ``int`` within ``[0, INT32_MAX]``."""
+    if type(value) is not int:
+        value = host_array(value, name)
+        if isinstance(value, np.ndarray) and value.size == 1:
+            value = value.reshape(())[()]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            what = (f"an array of shape {value.shape} dtype {value.dtype}"
+                    if isinstance(value, np.ndarray) else f"{type(value).__name__} {value!r}")
+            raise TypeError(f"{name} must be one integer token id, got {what}")
+        value = int(value)
+    if value < 0:
+        raise negative_error(name, value)
+    if value > INT32_MAX:
+        raise ValueError(f"{name} = {value} is outside int32 [0, {INT32_MAX}]")
+    return value
+
+
 def as_batch(batch: Any, name: str) -> list[np.ndarray]:
     """A batch (a list of 1-D sequences, or a 2-D array) as a list of int32 arrays.
 
     A 2-D array is checked once as a whole and split into row views; int32 rows are not
-    copied (the backends copy while packing and never keep the arrays)."""
+    copied (the backends copy while packing and never keep the arrays).  A 2-D tensor is read
+    as its array (:func:`host_array`)."""
+    if type(batch) is not list:
+        batch = host_array(batch, name)
     if isinstance(batch, np.ndarray):
         if batch.ndim != 2:
             hint = (" (a 1-D array is one sequence: wrap it as [array])" if batch.ndim == 1
@@ -241,6 +316,8 @@ def as_request_ids(request_ids: Any, n: int | None = None, *,
         return request_ids[:]  # batch 1, as a server sends it
     if type(request_ids) in _LIST_TYPES and set(map(type, request_ids)) <= _ID_TYPES:
         keys = list(request_ids)  # the common case: plain ids
+    elif is_tensor(request_ids):
+        return as_request_ids(host_array(request_ids, name, "int ids"), n, name=name)
     elif isinstance(request_ids, (str, bytes)) or not isinstance(
             request_ids, (Sequence, np.ndarray)) or (
             isinstance(request_ids, np.ndarray) and request_ids.ndim != 1):
@@ -255,9 +332,20 @@ def as_request_ids(request_ids: Any, n: int | None = None, *,
         if len(keys) != n:
             raise ValueError(f"{name} has {len(keys)} ids for {n} contexts")
         if len(set(keys)) != n:
-            raise ValueError(f"{name} holds duplicates; each request in a batch needs its own "
-                             "id (SGLang would silently share one match state)")
+            raise duplicate_error(keys, name, "a batch holds no duplicates, each request its "
+                                  "own id (SGLang would silently share one match state)")
     return keys
+
+
+def duplicate_error(keys: Sequence[Hashable], name: str, why: str) -> ValueError:
+    """The first id of ``keys`` that repeats, named with both of its positions."""
+    first: dict[Hashable, int] = {}
+    for j, k in enumerate(keys):
+        i = first.setdefault(k, j)
+        if i != j:
+            return ValueError(f"duplicate request id {k!r} in {name} ({name}[{i}] and "
+                              f"{name}[{j}]); {why}")
+    raise AssertionError("no duplicate")  # pragma: no cover - callers check first
 
 
 def as_lengths(values: Any, n: int, name: str, *, minimum: int | None = 0,
@@ -271,6 +359,7 @@ def as_lengths(values: Any, n: int, name: str, *, minimum: int | None = 0,
                 return np.array(values, dtype=np.int64)
             except OverflowError:
                 pass  # reported below
+    values = host_array(values, name, "integers")
     if isinstance(values, np.ndarray):
         lens = values
     elif isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
@@ -382,7 +471,7 @@ def as_token_matrix(values: Any, shape: tuple[int, int], name: str, *,
                     check_range: bool = True) -> np.ndarray:
     """A (B, n) array of token ids within int32 (the target's predictions; the range is left
     to the caller with ``check_range=False``)."""
-    arr = np.asarray(values)
+    arr = np.asarray(host_array(values, name))
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape (batch, draft_token_num) = {shape}, got "
                          f"{arr.shape}")
@@ -399,7 +488,7 @@ int32_range_error = _int32_range_error
 
 def as_logits(values: Any, b: int, n: int) -> np.ndarray:
     """Logits as (B, n, V) (SGLang's flat (B * n, V) accepted), V > 0, numeric, finite or not."""
-    arr = np.asarray(values)
+    arr = np.asarray(host_array(values, "logits", "numbers"))
     if arr.ndim == 2 and arr.shape[0] == b * n:
         arr = arr.reshape(b, n, arr.shape[1])
     if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
@@ -450,7 +539,7 @@ def as_probs(values: Any, tokens: np.ndarray) -> np.ndarray:
     """The target's distributions over the draft slots of ``tokens`` (B, n) as (B, n, V)
     float64 (SGLang's flat (B * n, V) accepted): finite, >= 0, rows summing to 1, and a
     vocabulary holding every drafted token."""
-    arr = np.asarray(values)
+    arr = np.asarray(host_array(values, "target_probs", "floating-point probabilities"))
     b, n = tokens.shape
     if arr.ndim == 2 and arr.shape[0] == b * n:
         arr = arr.reshape(b, n, arr.shape[1])

@@ -173,7 +173,10 @@ class NgramCache(BackgroundInserts):
         Parameters
         ----------
         sequences : list of 1-D int sequences, or 2-D int array
-            Token ids within int32.  Checked here, in the caller's thread, whatever ``wait``.
+            Token ids within int32: lists, NumPy arrays or torch tensors (a GPU tensor is
+            copied to the host).  Negative ids are taken as SGLang's class takes them (hashed
+            and drafted like any other): do not pad with ``-1``, pass sequences of their own
+            lengths.  Checked here, in the caller's thread, whatever ``wait``.
         wait : bool, default True
             ``False`` queues the batch for a background thread (SGLang's insert thread) and
             returns at once; queued batches are inserted one at a time in the order they were
@@ -229,7 +232,7 @@ class NgramCache(BackgroundInserts):
             The tail of each request's sequence (SGLang sends the last ``max_trie_depth``
             tokens; 0.5.9 the last ``max_match_window_size``); the last token is the root of
             its tree.  Must be non-empty.  int32/int64 arrays and lists of plain ints are the
-            cheap forms.
+            cheap forms; torch tensors are read as for :meth:`insert`.
         request_ids : sequence of str or int, optional
             With ids, matching is stateful per id (SGLang's ``MatchState``), which can differ
             from stateless matching when the trie changed since the state was computed.
@@ -402,7 +405,8 @@ class NgramCache(BackgroundInserts):
         return DraftBatch._trusted(tokens, mask, num, probs)
 
     def erase(self, request_ids: Sequence[Any]) -> None:
-        """Forget the match states of these requests; unknown ids are a no-op."""
+        """Forget the match states of these requests; unknown and repeated ids are no-ops
+        (as in SGLang)."""
         keys = v.as_request_ids(request_ids)
         self.synchronize()
         with self._lock:

@@ -240,23 +240,24 @@ class Drafter:
         rid : str or int
             The request's id, unique among requests in flight.
         prompt_ids : 1-D sequence of int
-            The prompt's token ids (may be empty).
+            The prompt's token ids (may be empty): a list, tuple, NumPy array or torch tensor
+            (a GPU tensor is copied to the host).
         first_token : int
-            The token the prefill emitted.
+            The token the prefill emitted (an int, or an array or tensor of one element).
+
+        Raises
+        ------
+        ValueError
+            A negative token id, named with its position (no tokenizer makes one; a ``-1``
+            written as padding would otherwise be inserted and drafted): ids are ``>= 0``
+            wherever the drafter takes them, here and in :meth:`accept`.
         """
         key = v.as_request_id(rid, "rid")
         if key in self._slot:
             raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
                              "new id")
-        prompt = v.as_sequence(prompt_ids, "prompt_ids")
-        if type(first_token) is not int and np.ndim(first_token) == 0:  # a 0-d array/tensor
-            first_token = np.asarray(first_token).reshape(1)
-        else:
-            first_token = [first_token]
-        first = v.as_sequence(first_token, "first_token")
-        if first.size != 1:
-            raise TypeError(f"first_token must be one token id, got {first.size}")
-        first = int(first[0])
+        prompt = v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
+        first = v.as_token(first_token, "first_token")
         store = self._store
         slot = store.take(prompt, first)
         if len(self._local) < store.size.size:
@@ -327,6 +328,8 @@ class Drafter:
         """
         if batch_size is not None and self._costs is None:
             raise ValueError("batch_size= goes with costs= (min_expected_accept='auto')")
+        if type(rids) is not list and v.is_tensor(rids):
+            rids = v.as_request_ids(rids, name="rids")
         if type(rids) is not list and (isinstance(rids, (str, bytes)) or
                                        not isinstance(rids, (Sequence, np.ndarray))):
             raise TypeError(f"rids must be a sequence of request ids, got {type(rids).__name__}")
@@ -395,13 +398,13 @@ class Drafter:
         self._pend_windows = windows
 
     def _check_not_pending(self, rids: Sequence[Any], keys: list[Hashable]) -> None:
-        seen: set[Hashable] = set()
+        if len(set(keys)) != len(keys):
+            raise v.duplicate_error(keys, "rids", "each request is proposed once per step")
         pending = set(self._pend_keys)
         for i, (rid, key) in enumerate(zip(rids, keys)):
-            if key in pending or key in seen:
+            if key in pending:
                 raise ValueError(f"rids[{i}] = {rid!r} was proposed and not accepted yet; call "
                                  "accept() for it first")
-            seen.add(key)
 
     def accept(self, emitted: VerifyResult | Mapping[Any, Any], *,
                max_tokens: Any = None) -> None:
@@ -413,7 +416,7 @@ class Drafter:
             The verification of the last ``propose``'s drafts (row ``b`` is request
             ``rids[b]``: the fast form), or, for every pending request (see
             :attr:`pending`), the tokens the verify step emitted: the accepted drafts
-            followed by the bonus token (at least one token).
+            followed by the bonus token (at least one token; lists, arrays or tensors).
         max_tokens : int or sequence of int, optional
             Per pending request (batch order) or for all: keep at most this many of its
             emitted tokens (where it stops: EOS, length limit); each >= 1.
@@ -422,7 +425,8 @@ class Drafter:
         ------
         ValueError
             If a request's emitted tokens are not a path of its proposed tree (from the root,
-            each token a child of the previous one) followed by one bonus token; nothing is
+            each token a child of the previous one) followed by one bonus token, or hold a
+            negative token id (a ``-1`` in the target's predictions, say); nothing is
             recorded then.
 
         The windows matched by the last ``propose`` are inserted in batch order (already
@@ -458,6 +462,8 @@ class Drafter:
                                    [max_tokens] * len(keys), len(keys), "max_tokens",
                                    minimum=1)
                 lens = np.minimum(lens, cap)
+        if v.first_negative(matrix) is not None:  # one reduction (rows are padded with 0)
+            self._refuse_negative(matrix, lens)
         cfg = self.config
         store = self._store
         slots = self._pend_slots
@@ -475,6 +481,14 @@ class Drafter:
                                   offsets, np.empty(b, np.int64))
             self.cache._insert_packed(flat, offsets, wait=True)
         self._clear_pending()
+
+    def _refuse_negative(self, matrix: np.ndarray, lens: np.ndarray) -> None:
+        """A ValueError naming the first negative token among those kept (``matrix[b,
+        :lens[b]]``): tokens past ``max_tokens`` are dropped unread (a replay's ``-1`` for
+        "no recorded token" at the end of a request, say)."""
+        for b, k in np.argwhere(matrix < 0).tolist():
+            if k < lens[b]:
+                raise v.negative_error(f"emitted[{self._pend_keys[b]!r}][{k}]", matrix[b, k])
 
     def _from_mapping(self, emitted: Mapping[Any, Any]
                       ) -> tuple[np.ndarray | None, np.ndarray]:

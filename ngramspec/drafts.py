@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from functools import cached_property
 from typing import Any
 
@@ -54,26 +55,26 @@ class DraftBatch:
     """
 
     def __init__(self, tokens: Any, mask: Any, num_drafts: Any, probs: Any = None) -> None:
-        tokens = np.asarray(tokens)
+        tokens = np.asarray(v.host_array(tokens, "tokens"))
         if tokens.ndim != 2 or (tokens.size and tokens.dtype.kind not in "iu"):
             raise ValueError(f"tokens must be a (batch, draft_token_num) integer array, got "
                              f"shape {tokens.shape} dtype {tokens.dtype}")
         b, n = tokens.shape
         if n < 1:
             raise ValueError("tokens needs at least one slot per request (the root)")
-        mask = np.asarray(mask)
+        mask = np.asarray(v.host_array(mask, "mask", "bools"))
         if mask.shape != (b, n, n) or not (mask.dtype == np.bool_ or (
                 mask.dtype.kind in "iu" and ((mask == 0) | (mask == 1)).all())):
             raise ValueError(f"mask must be a bool (or 0/1) array of shape (batch, n, n) = "
                              f"({b}, {n}, {n}), got shape {mask.shape} dtype {mask.dtype}")
-        num = np.asarray(num_drafts)
+        num = np.asarray(v.host_array(num_drafts, "num_drafts", "integers"))
         if num.shape != (b,) or (num.size and num.dtype.kind not in "iu"):
             raise ValueError(f"num_drafts must be {b} integers, one per request, got shape "
                              f"{num.shape} dtype {num.dtype}")
         if num.size and (num.min() < 0 or num.max() > n - 1):
             raise ValueError(f"num_drafts must be within [0, {n - 1}] (slots after the root)")
         if probs is not None:
-            probs = np.asarray(probs)
+            probs = np.asarray(v.host_array(probs, "probs", "floats"))
             if probs.shape != (b, n) or probs.dtype.kind != "f":
                 raise ValueError(f"probs must be None or a float array of shape ({b}, {n}), "
                                  f"got shape {probs.shape} dtype {probs.dtype}")
@@ -180,7 +181,9 @@ class DraftBatch:
 
     def positions(self, kv_lens=None, *, seq_lens=None) -> np.ndarray:
         """(B, n) int64 position ids: ``kv_lens[b] + depth`` (``kv_lens`` = tokens in the
-        target's KV cache, so the root sits at ``kv_lens[b]``).
+        target's KV cache, so the root sits at ``kv_lens[b]``).  A NumPy array, whatever
+        ``kv_lens`` is (a list, an array or a torch tensor); ``torch.from_numpy`` makes it a
+        tensor without a copy.
 
         ``kv_lens`` is the one name for the per-request lengths across :meth:`positions` and
         the masks (the keywords ``seq_lens`` here and ``prefix_lens`` there still work, with
@@ -202,8 +205,10 @@ class DraftBatch:
         **left** with False, so ``mask[b, :, P - kv_lens[b]:]`` is exactly SGLang's
         ``(n, kv_lens[b] + n)`` mask and the draft block always occupies the last ``n``
         columns.  ``kv_lens`` are the tokens in the target's KV cache (for a drafter
-        request: ``total_len - 1``; the root is the first query).  ``prefix_lens=`` is the
-        deprecated name of ``kv_lens``.
+        request: ``total_len - 1``; the root is the first query): a list, an array or a torch
+        tensor.  The result is a NumPy array whatever ``kv_lens`` is (``torch.from_numpy``
+        makes it a tensor without a copy; :meth:`additive_attention_mask` builds a tensor
+        itself).  ``prefix_lens=`` is the deprecated name of ``kv_lens``.
 
         Examples
         --------
@@ -226,24 +231,60 @@ class DraftBatch:
         out[:, :, p:] = self.mask
         return out
 
-    def additive_attention_mask(self, kv_lens=None, *, dtype=np.float32, prefix_lens=None
-                                ) -> np.ndarray:
+    def additive_attention_mask(self, kv_lens=None, *, dtype=np.float32, device=None,
+                                prefix_lens=None) -> Any:
         """(B, 1, n, P + n) float: :meth:`attention_mask` as an additive mask, ``0`` where a
         slot may attend and ``-inf`` where not (the 4-D form Hugging Face ``transformers``
-        models take as ``attention_mask``).  Left padding as in :meth:`attention_mask`."""
+        models take as ``attention_mask``).  Left padding as in :meth:`attention_mask`.
+
+        Parameters
+        ----------
+        kv_lens : sequence of int, array or torch tensor
+            As for :meth:`attention_mask`.
+        dtype : NumPy or torch floating dtype, default ``np.float32``
+            A NumPy dtype gives a NumPy array; a torch dtype (``torch.float32``,
+            ``torch.bfloat16``, ...) gives a torch tensor of that dtype, made on ``device``.
+        device : str or torch.device, optional
+            With a torch dtype only: where the tensor is made (default: the CPU).
+
+        Examples
+        --------
+        >>> import ngramspec as ns
+        >>> cache = ns.NgramCache(draft_token_num=2, capacity=100)
+        >>> cache.insert([[2, 4]])
+        >>> cache.match([[2]]).additive_attention_mask([1])
+        array([[[[  0.,   0., -inf],
+                 [  0.,   0.,   0.]]]], dtype=float32)
+        """
         kv = v.renamed_keyword(kv_lens, dict(prefix_lens=prefix_lens), "kv_lens",
                                "additive_attention_mask")
-        if not (isinstance(dtype, (type, np.dtype, str)) and np.dtype(dtype).kind == "f"):
-            raise TypeError(f"dtype must be a floating dtype (-inf must be representable), got "
-                            f"{dtype!r}")
+        torch_dtype = type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype"
+        if torch_dtype:
+            floating = bool(getattr(dtype, "is_floating_point", False))
+        else:
+            floating = isinstance(dtype, (type, np.dtype, str)) and np.dtype(dtype).kind == "f"
+            if device is not None:
+                raise ValueError(f"device= goes with a torch dtype (a NumPy array has no "
+                                 f"device), got dtype {dtype!r} and device {device!r}")
+        if not floating:
+            raise TypeError(f"dtype must be a floating dtype, NumPy's or torch's (-inf must be "
+                            f"representable), got {dtype!r}")
         allowed = self.attention_mask(kv)
+        if torch_dtype:  # torch is imported already: the caller holds one of its dtypes
+            torch = sys.modules["torch"]
+            keep = torch.from_numpy(allowed)
+            if device is not None:
+                keep = keep.to(device)
+            out = torch.zeros(allowed.shape, dtype=dtype, device=keep.device)
+            return out.masked_fill_(~keep, float("-inf"))[:, None]
         out = np.full(allowed.shape, -np.inf, dtype=dtype)
         out[allowed] = 0
         return out[:, None]
 
     def custom_mask(self, kv_lens=None, *, prefix_lens=None) -> np.ndarray:
         """SGLang's flat ``custom_mask``: per request, ``(n, kv_lens[b] + n)`` row-major,
-        concatenated in batch order (bool).  ``prefix_lens=`` is the deprecated name."""
+        concatenated in batch order: a NumPy bool array whatever ``kv_lens`` is (a list, an
+        array or a torch tensor).  ``prefix_lens=`` is the deprecated name."""
         pre = self._kv_lens(v.renamed_keyword(kv_lens, dict(prefix_lens=prefix_lens), "kv_lens",
                                               "custom_mask"))
         full = self.attention_mask(pre)

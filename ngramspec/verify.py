@@ -75,7 +75,8 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     scanned in slot order and the first whose token equals the current slot's prediction is
     accepted; the bonus is the prediction at the last accepted slot.  Padding slots are token 0
     children of the root and are accepted like real drafts (SGLang's quirk, spec section 5.3).
-    ``target_predict`` may be a NumPy array or a CPU torch tensor (read without a copy).
+    ``target_predict`` may be a NumPy array or a torch tensor (a CPU tensor is read without a
+    copy, a GPU tensor copied to the host).
     Compiled; :func:`ngramspec.reference.verify.verify_greedy` is the readable definition.
 
     Examples
@@ -91,13 +92,15 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     _check_drafts(drafts)
     tokens, mask = drafts._tokens, drafts._mask
     b, n = tokens.shape
-    pred = np.asarray(target_predict)
+    pred = target_predict
+    if type(pred) is not np.ndarray:
+        pred = np.asarray(v.host_array(pred, "target_predict"))
     if pred.dtype != np.int64 or not pred.flags.c_contiguous or pred.shape != (b, n):
         pred = v.as_token_matrix(pred, (b, n), "target_predict", check_range=False)
         pred = np.ascontiguousarray(pred, dtype=np.int64)
     accept_index = np.empty((b, n), np.int32)
     accept_lens = np.empty(b, np.int32)
-    out = np.empty((b, n), np.int32)
+    out = np.zeros((b, n), np.int32)  # rows 0-padded: Drafter.accept checks them in one pass
     bad = _steps().greedy_walk(tokens, mask, pred, accept_index, accept_lens, out)
     if bad >= 0:  # (the range is checked in the walk: one pass less)
         raise v.int32_range_error("target_predict", pred.min(), pred.max())
