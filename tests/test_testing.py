@@ -350,3 +350,87 @@ def test_no_none_in_the_headers_of_batches_without_num_drafts():
     text = _report(_batch([5, 7], [[1, 0], [1, 1]], 1), _batch([5, 8], [[1, 0], [1, 1]]))
     assert "None" not in text
     assert text.splitlines()[1].rstrip().endswith("expected")
+
+
+# --- a class or a factory; the interface checked before the first example ----------------
+
+def test_a_class_is_a_factory():
+    # NgramCache's options are keyword-only: the class is called as cls(config=config).
+    report = replay_golden(ns.NgramCache, "sglang-0.5.23", stop_at_first=True)
+    assert report and report.matches == 598, str(report)
+    check_drafter(ns.NgramCache, max_examples=3)
+
+    class Positional:  # a class whose one argument has another name: called positionally
+        def __init__(self, cfg):
+            self.inner = ns.NgramCache(config=cfg)
+            self.insert, self.match = self.inner.insert, self.inner.match
+            self.erase, self.reset = self.inner.erase, self.inner.reset
+
+    assert replay_golden(Positional, "sglang-0.5.9", stop_at_first=True)
+
+    def keyword_only(*, config):
+        return ns.NgramCache(config=config)
+
+    check_drafter(keyword_only, max_examples=2)
+
+
+def test_a_factory_that_cannot_take_a_config_is_refused_up_front():
+    def two(config, other):
+        return ns.NgramCache(config=config)
+
+    for run in (lambda: check_drafter(two, max_examples=2),
+                lambda: replay_golden(two, "sglang-0.5.23")):
+        with pytest.raises(TypeError, match=r"make_cache must take the NgramConfig as its one "
+                                            r"argument .*two\(config, other\)"):
+            run()
+
+
+class OtherKeywords:
+    """An adapter whose match names its keywords its own way."""
+
+    made = 0
+
+    def __init__(self, config):
+        type(self).made += 1
+        self.inner = ns.NgramCache(config=config)
+
+    def insert(self, sequences):
+        self.inner.insert(sequences)
+
+    def match(self, contexts, req_ids=None, lens=None):
+        return self.inner.match(contexts, request_ids=req_ids, total_lens=lens)
+
+    def erase(self, request_ids):
+        self.inner.erase(request_ids)
+
+    def reset(self):
+        self.inner.reset()
+
+
+@pytest.mark.parametrize("run", [lambda make: check_drafter(make, max_examples=5),
+                                 lambda make: replay_golden(make, "sglang-0.5.23")])
+def test_an_interface_error_is_named_before_the_first_example(run):
+    OtherKeywords.made = 0
+    with pytest.raises(TypeError, match=r"OtherKeywords\.match\(contexts, req_ids=None, "
+                                        r"lens=None\) takes no keyword 'request_ids'"):
+        run(OtherKeywords)
+    assert OtherKeywords.made == 1  # one cache, inspected; no example ran
+
+
+def test_a_stateless_check_needs_no_match_keywords():
+    # profile 0.5.9 matches statelessly: match(contexts) is all the checks call.
+    check_drafter(OtherKeywords, profile="sglang-0.5.9", max_examples=2)
+    assert replay_golden(OtherKeywords, "sglang-0.5.9", stop_at_first=True)
+
+
+def test_a_method_with_the_wrong_arguments_is_named():
+    class EraseTakesNothing(OtherKeywords):
+        def match(self, contexts, request_ids=None, total_lens=None):
+            return self.inner.match(contexts, request_ids=request_ids, total_lens=total_lens)
+
+        def erase(self):
+            pass
+
+    with pytest.raises(TypeError, match=r"EraseTakesNothing\.erase\(\) cannot be called as "
+                                        r"erase\(request_ids\)"):
+        check_drafter(EraseTakesNothing, max_examples=2)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import PROFILES, NgramConfig
 from ._compare import describe_difference
-from ._machine import config_source, make_checked
+from ._machine import as_factory, calls_made, config_source, make_checked
 
 __all__ = ["GoldenReport", "golden_scenarios", "replay_golden"]
 
@@ -120,9 +120,11 @@ def replay_golden(make_cache: Callable[[NgramConfig], Any], version: str, *,
 
     Parameters
     ----------
-    make_cache : callable
-        As for :func:`check_drafter`: ``make_cache(config)`` returns an object with
-        ``insert``, ``match``, ``erase``, ``reset``.
+    make_cache : class or callable
+        As for :func:`check_drafter`: a class such as ``ns.NgramCache`` or a factory
+        function, making an object with ``insert``, ``match``, ``erase``, ``reset``; the
+        first cache's methods are checked against the calls the replay makes before any op
+        runs (a ``TypeError`` naming the method and the missing keyword).
     version : {"sglang-0.5.23", "sglang-0.5.9"}
     stop_at_first : bool
         Stop at the first scenario that differs (faster when you only want a yes/no).
@@ -140,14 +142,17 @@ def replay_golden(make_cache: Callable[[NgramConfig], Any], version: str, *,
     >>> report = replay_golden(lambda c: ns.NgramCache(config=c), "sglang-0.5.23")
     >>> bool(report), report.matches
     (True, 598)
+    >>> bool(replay_golden(ns.NgramCache, "sglang-0.5.9", stop_at_first=True))
+    True
     """
-    if not callable(make_cache):
-        raise TypeError(f"make_cache must be a callable taking an NgramConfig and returning a "
-                        f"cache, got {type(make_cache).__name__}")
+    factory = as_factory(make_cache)
     report = GoldenReport(_check_version(version))
+    stateful = version == "sglang-0.5.23"  # 0.5.9's recordings: stateless matches, no erase
+    calls = calls_made(stateless=not stateful, stateful=stateful, erase=stateful)
     for i, scenario in enumerate(golden_scenarios(version)):
         report.scenarios += 1
-        cache = make_checked(make_cache, scenario_config(scenario, version))
+        cache = make_checked(factory, scenario_config(scenario, version), calls if i == 0
+                             else None)
         bad = 0
         for k, op in enumerate(scenario["ops"]):
             kind = op["op"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from typing import Any, Callable
 
@@ -21,9 +22,15 @@ from ..config import NgramConfig
 from . import strategies as nst
 from ._compare import describe_difference
 
-__all__ = ["DrafterMismatch", "check_drafter", "make_checked", "replay_script"]
+__all__ = ["DrafterMismatch", "check_drafter", "as_factory", "calls_made", "make_checked",
+           "replay_script"]
 
 REQUIRED = ("insert", "match", "erase", "reset")
+_BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+# How the checks call each method: (positional arguments as NgramCache names them, keywords).
+_CALLS = {"insert": (("sequences",), ()), "match": (("contexts",), ()),
+          "stateful match": (("contexts",), ("request_ids", "total_lens")),
+          "erase": (("request_ids",), ()), "reset": ((), ())}
 
 
 class DrafterMismatch(AssertionError):
@@ -41,10 +48,74 @@ class DrafterMismatch(AssertionError):
         return (type(self), (self.config, self.ops, self.failure))
 
 
-def make_checked(make_cache: Callable[[NgramConfig], Any], config: NgramConfig) -> Any:
-    """``make_cache(config)``, checked to have ``NgramCache``'s methods."""
+def as_factory(make_cache: Any) -> Callable[[NgramConfig], Any]:
+    """``make_cache`` as a function of the config: a class or function with a parameter named
+    ``config`` is called as ``make_cache(config=config)`` (so ``NgramCache`` itself, whose
+    options are keyword-only, is a factory); anything else with the config as its one
+    positional argument.  A signature that allows neither is refused here, before any cache
+    is made."""
+    if not callable(make_cache):
+        raise TypeError(f"make_cache must be a callable taking an NgramConfig and returning a "
+                        f"cache (a class or a function), got {type(make_cache).__name__}")
     try:
-        cache = make_cache(config)
+        sig = inspect.signature(make_cache)
+    except (TypeError, ValueError):  # no signature to read: called as documented
+        return make_cache
+    config = sig.parameters.get("config")
+    if config is not None and config.kind in _BY_KEYWORD and _binds(sig, (), ("config",)):
+        return lambda c: make_cache(config=c)
+    if _binds(sig, ("config",), ()):
+        return make_cache
+    name = getattr(make_cache, "__name__", type(make_cache).__name__)
+    raise TypeError(f"make_cache must take the NgramConfig as its one argument (make_cache("
+                    f"config)) or as config=; {name}{sig} can be called neither way")
+
+
+def _binds(sig: inspect.Signature, args: tuple[str, ...], keywords: tuple[str, ...]) -> bool:
+    try:
+        sig.bind(*args, **dict.fromkeys(keywords))
+    except TypeError:
+        return False
+    return True
+
+
+def calls_made(*, stateless: bool, stateful: bool, erase: bool) -> list[str]:
+    """The calls (keys of ``_CALLS``) a check makes: matches without and with request ids."""
+    return (["insert"] + ["match"] * stateless + ["stateful match"] * stateful
+            + ["erase"] * erase + ["reset"])
+
+
+def _check_interface(cache: Any, calls: list[str]) -> None:
+    """Each call as the checks make it must bind to the cache's method: a TypeError naming
+    the method, its signature and the missing keyword or argument, before any example."""
+    for call in calls:
+        args, keywords = _CALLS[call]
+        method = call.split()[-1]
+        try:
+            sig = inspect.signature(getattr(cache, method))
+        except (TypeError, ValueError):  # a builtin without a signature: not checked
+            continue
+        where = f"{type(cache).__name__}.{method}{sig}"
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD
+                        for p in sig.parameters.values())
+        for kw in keywords:
+            p = sig.parameters.get(kw)
+            if not takes_any and (p is None or p.kind not in _BY_KEYWORD):
+                raise TypeError(f"{where} takes no keyword {kw!r}; the checks call "
+                                f"{method}(contexts, request_ids=[...], total_lens=[...]) with "
+                                "NgramCache.match's keywords: rename the adapter's parameters")
+        if not _binds(sig, args, keywords):
+            shown = ", ".join(args + tuple(f"{k}=..." for k in keywords))
+            raise TypeError(f"{where} cannot be called as {method}({shown}), as the checks "
+                            f"call NgramCache.{method}")
+
+
+def make_checked(factory: Callable[[NgramConfig], Any], config: NgramConfig,
+                 calls: list[str] | None = None) -> Any:
+    """``factory(config)`` (see :func:`as_factory`), checked to have ``NgramCache``'s methods
+    and, given ``calls`` (:func:`calls_made`), to take those calls."""
+    try:
+        cache = factory(config)
     except Exception as e:
         raise TypeError(f"make_cache({config!r}) raised {type(e).__name__}: {e}") from e
     missing = [m for m in REQUIRED if not callable(getattr(cache, m, None))]
@@ -53,6 +124,8 @@ def make_checked(make_cache: Callable[[NgramConfig], Any], config: NgramConfig) 
             f"make_cache(config) must return an object with NgramCache's methods "
             f"{', '.join(REQUIRED)}; it returned a {type(cache).__name__}, which lacks "
             f"{', '.join(missing)} (wrap your drafter in a thin adapter class)")
+    if calls:
+        _check_interface(cache, calls)
     return cache
 
 
@@ -206,11 +279,15 @@ def check_drafter(make_cache: Callable[[NgramConfig], Any], *, profile: str = "s
 
     Parameters
     ----------
-    make_cache : callable
-        ``make_cache(config: NgramConfig)`` returns a fresh cache: any object with
-        ``insert(sequences)``, ``match(contexts, request_ids=None, total_lens=None)`` (returning
-        a :class:`~ngramspec.DraftBatch` or anything with ``tokens``, ``mask``, ``num_drafts``),
-        ``erase(request_ids)`` and ``reset()``, as :class:`~ngramspec.NgramCache` has them.
+    make_cache : class or callable
+        Makes a fresh cache from an :class:`~ngramspec.NgramConfig`: a class or function with
+        a parameter named ``config`` is called as ``make_cache(config=config)`` (so
+        ``ns.NgramCache`` itself will do), anything else as ``make_cache(config)``.  The cache
+        is any object with ``insert(sequences)``, ``match(contexts, request_ids=None,
+        total_lens=None)`` (returning a :class:`~ngramspec.DraftBatch` or anything with
+        ``tokens``, ``mask``, ``num_drafts``), ``erase(request_ids)`` and ``reset()``, as
+        :class:`~ngramspec.NgramCache` has them.  Before the first example one cache is made
+        and its methods' signatures are checked against the calls the checks make.
     profile : {"sglang-0.5.23", "sglang-0.5.9"}
     max_examples, steps : int
         Examples (fresh caches) and operations per example.
@@ -234,8 +311,10 @@ def check_drafter(make_cache: Callable[[NgramConfig], Any], *, profile: str = "s
         An ``AssertionError`` whose message is a Python script replaying the shrunk
         counterexample, ending with the two drafts drawn as trees.
     TypeError, ValueError
-        ``make_cache`` is not callable or returns something without the four methods; a
-        profile that does not exist.
+        Before any example: ``make_cache`` is not callable or cannot take a config; the cache
+        lacks one of the four methods, or a method cannot take a call the checks make (a
+        ``match`` without the keywords ``request_ids``/``total_lens``, say; the message
+        names the method, its signature and the keyword); a profile that does not exist.
 
     Examples
     --------
@@ -243,10 +322,9 @@ def check_drafter(make_cache: Callable[[NgramConfig], Any], *, profile: str = "s
     >>> from ngramspec.testing import check_drafter
     >>> check_drafter(lambda config: ns.NgramCache(config=config, backend="numba"),
     ...               max_examples=5)
+    >>> check_drafter(ns.NgramCache, max_examples=5)          # a class is a factory too
     """
-    if not callable(make_cache):
-        raise TypeError(f"make_cache must be a callable taking an NgramConfig and returning a "
-                        f"cache, got {type(make_cache).__name__}")
+    factory = as_factory(make_cache)
     nst._check_profile(profile)
     for name, value in (("max_examples", max_examples), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -254,7 +332,12 @@ def check_drafter(make_cache: Callable[[NgramConfig], Any], *, profile: str = "s
     if isinstance(shrink_seconds, bool) or not isinstance(shrink_seconds, (int, float)) \
             or not shrink_seconds > 0:
         raise ValueError(f"shrink_seconds must be a positive number, got {shrink_seconds!r}")
-    machine = _machine(make_cache, profile, stateful, tight, compare)
+    # One cache, inspected before Hypothesis runs: an interface error is named as such.
+    probe = NgramConfig(profile=profile, capacity=100)
+    stateful_calls = stateful and probe.stateful
+    make_checked(factory, probe, calls_made(stateless=True, stateful=stateful_calls,
+                                            erase=stateful_calls))
+    machine = _machine(factory, profile, stateful, tight, compare)
     limit = "MAX_SHRINKING_SECONDS"
     before = getattr(_engine, limit, None)
     if before is not None:
@@ -265,7 +348,7 @@ def check_drafter(make_cache: Callable[[NgramConfig], Any], *, profile: str = "s
             derandomize=derandomize, database=None, verbosity=Verbosity.quiet,
             suppress_health_check=list(HealthCheck)))
     except DrafterMismatch as found:
-        raise _simplify(make_cache, found, compare, seconds=min(5.0, shrink_seconds)) \
+        raise _simplify(factory, found, compare, seconds=min(5.0, shrink_seconds)) \
             from None
     finally:
         if before is not None:
