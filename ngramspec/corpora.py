@@ -21,6 +21,7 @@ from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
+from . import _validate as v
 from .config import NgramConfig
 from .stdorder import CorpusOrder, string_hash
 
@@ -35,6 +36,7 @@ _INT32_MAX = 2**31 - 1
 def _as_document(doc: Any, i: int) -> np.ndarray:
     """One document as an int32 array; a clear error for anything else."""
     name = f"documents[{i}]"
+    doc = v.host_array(doc, name)  # a tensor's values, on the host
     if isinstance(doc, (str, bytes, bytearray)) or not (
             isinstance(doc, (collections.abc.Sequence, np.ndarray))):
         raise TypeError(f"{name} must be a 1-D sequence of integer token ids (list, tuple, "

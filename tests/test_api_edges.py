@@ -223,3 +223,16 @@ def test_tokens_past_max_tokens_are_dropped_unread():
         dr.accept({"a": [0, -1]}, max_tokens=2)
     dr.accept(r, max_tokens=1)
     assert dr.output("a").tolist() == [3, 0]
+
+
+def test_a_corpus_takes_tensors_too():
+    cfg = ns.NgramConfig(external_sam_budget=2, capacity=1000)
+    drafts, loaded = [], []
+    for docs in ([torch.tensor([5, 6, 7, 8]), torch.tensor([1, 2, 3])], [[5, 6, 7, 8], [1, 2, 3]]):
+        cache = ns.NgramCache(config=cfg)
+        loaded.append(cache.add_corpus("docs", docs))
+        drafts.append(cache.match([[9, 5, 6]], request_ids=["r"], total_lens=[3]))
+    assert loaded[0] == loaded[1]
+    assert drafts[0].tokens[0, 1:3].tolist() == [7, 8]  # drafted from the corpus
+    assert_array_equal(drafts[0].tokens, drafts[1].tokens)
+    assert_array_equal(drafts[0].mask, drafts[1].mask)
