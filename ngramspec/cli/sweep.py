@@ -311,6 +311,14 @@ def _x(speed_up: float) -> str:
     return speed_up_text(speed_up)
 
 
+def _tps_cell(record: dict) -> str:
+    """Tokens per step with its 90% interval where the record has one."""
+    text = f"{record['tokens_per_step']:.3f}"
+    if record.get("tokens_per_step_low") is not None:
+        text += f" ({record['tokens_per_step_low']:.3f}–{record['tokens_per_step_high']:.3f})"
+    return text
+
+
 def _prediction(record: dict) -> ServingPrediction:
     """What the ranking and the verdicts read of a record's prediction: its level, speed-up,
     engine and interval."""
@@ -382,15 +390,16 @@ def _rows(shown: list[dict], names: list[str], with_cost: bool, holdout: bool
     lines = []
     for i, r in enumerate(shown, 1):
         cells = [str(i)] + [str(r["options"].get(n, r.get(n, "-"))) for n in names]
-        cells += [f"{r['tokens_per_step']:.3f} ({r['tokens_per_step_low']:.3f}–"
-                  f"{r['tokens_per_step_high']:.3f})"]
+        cells += [_tps_cell(r)]
         if holdout:
-            cells += [f"{r['holdout']['tokens_per_step']:.3f}"]
+            cells += [_tps_cell(r["holdout"])]
         cells += [f"{r['draft_nodes_per_step']:.2f}", pct(r["share_steps_with_draft"])]
         if with_cost:
             cells += [speed_up_cell(_prediction(r))]
             if holdout:
-                cells += [speed_up_text(r["holdout"]["speedup"])]
+                h = r["holdout"]
+                cells += [speed_up_cell(_prediction({**h, "concurrency": r["concurrency"]}))
+                          if h.get("prediction") else speed_up_text(h["speedup"])]
             cells += [f"{r['speculative_tokens_per_s']:,.1f}",
                       f"{r['baseline_tokens_per_s']:,.1f}"]
         lines.append(cells)
