@@ -31,6 +31,30 @@ def assert_same_content(a: ns.NgramCache, b: ns.NgramCache) -> None:
         assert_array_equal(xa[name], xb[name], err_msg=name)
 
 
+def rewrite_cache_file(src, dst, *, header=None, arrays=None, drop=(), fix_checksums=True):
+    """Copy the cache file ``src`` to ``dst`` edited: its header by ``header(h)``, members
+    replaced by ``arrays`` (their dtype and shape listed in the header), the members named in
+    ``drop`` left out, and every listed checksum made to match its member (with
+    ``fix_checksums=False`` the replaced members keep the checksums they had)."""
+    from ngramspec import persist
+
+    with np.load(src) as f:
+        members = {k: f[k] for k in f.files}
+    h = json.loads(members.pop("header").tobytes())
+    if header:
+        header(h)
+    for name, value in (arrays or {}).items():
+        members[name] = value
+        h["arrays"][name].update(dtype=value.dtype.str, shape=list(value.shape))
+    if fix_checksums:
+        for name, a in members.items():
+            h["arrays"][name]["sha256"] = persist._sha256(a)
+    members["header"] = np.frombuffer(json.dumps(h).encode(), np.uint8)
+    for name in drop:
+        members.pop(name, None)
+    np.savez(dst, **members)
+
+
 def recorded_streams(limit: int) -> list[dict]:
     with gzip.open(files("ngramspec") / "data" / "qwen2.5-coder-0.5b-greedy.jsonl.gz", "rt") as f:
         rows = [json.loads(line) for line in f]
@@ -99,6 +123,33 @@ def build_peer_or_skip(build, *args) -> None:
         build(*args)
     except PeerUnavailable as e:
         pytest.skip(f"SGLang peer unavailable: {e}")
+
+
+def peer_fixture(build, *args):
+    """A module-scoped autouse fixture that builds an SGLang peer (``build(*args)``) or skips
+    the module: ``peer_built = peer_fixture(sglang_peer.build)`` in a test module."""
+    import pytest
+
+    @pytest.fixture(scope="module", autouse=True)
+    def peer_built():
+        build_peer_or_skip(build, *args)
+
+    return peer_built
+
+
+def random_ops_vs_peer(configs, vocabs=PEER_VOCABS):
+    """The decorators of a random-operations test against a peer: each backend, 40 examples of
+    a config drawn from ``configs``, a token range from ``vocabs`` and the operations' draws;
+    the test takes ``(backend, cfg, vocab, data)``."""
+    import pytest
+    from hypothesis import given, settings
+
+    def decorate(test):
+        test = given(cfg=configs, vocab=st.sampled_from(vocabs), data=st.data())(test)
+        test = settings(max_examples=40, deadline=None)(test)
+        return pytest.mark.parametrize("backend", ["numba", "reference"])(test)
+
+    return decorate
 
 
 def peer_tree_options(draw, depth: int) -> dict:

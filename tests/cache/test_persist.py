@@ -14,7 +14,7 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 import ngramspec.persist as persist
-from helpers import assert_same_content
+from helpers import assert_same_content, rewrite_cache_file
 
 BACKENDS = ["numba", "reference"]
 
@@ -135,24 +135,6 @@ def saved(tmp_path):
     return cache, path
 
 
-def _rewrite(src, dst, *, header=None, drop=(), arrays=None, fix_checksums=True):
-    with np.load(src) as f:
-        members = {k: f[k] for k in f.files}
-    h = json.loads(members.pop("header").tobytes())
-    if header:
-        header(h)
-    for name, value in (arrays or {}).items():
-        members[name] = value
-        h["arrays"][name]["shape"] = list(value.shape)
-    if fix_checksums:
-        for name, a in members.items():
-            h["arrays"][name]["sha256"] = persist._sha256(a)
-    members["header"] = np.frombuffer(json.dumps(h).encode(), np.uint8)
-    for name in drop:
-        members.pop(name, None)
-    np.savez(dst, **members)
-
-
 @given(cut=st.floats(0, 1, exclude_max=True))
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -206,7 +188,7 @@ def test_wrong_version_missing_members_wrong_config(saved, tmp_path):
         (dict(arrays={"node_freq": np.zeros(39, np.int64)}), "dtype"),
     ]
     for kwargs, message in cases:
-        _rewrite(path, bad, **kwargs)
+        rewrite_cache_file(path, bad, **kwargs)
         with pytest.raises(ns.CacheFileError, match=message):
             ns.NgramCache.load(bad)
     with pytest.raises(ns.CacheFileError, match="another config.*capacity: 40 vs 41"):
@@ -244,11 +226,11 @@ def test_structurally_invalid_content_with_valid_checksums(saved, tmp_path):
         ({"state_refs": np.where(refs >= 0, kids[0], refs).astype(np.int32)}, "depth"),
     ]
     for arrays, message in cases:
-        _rewrite(path, bad, arrays=arrays)
+        rewrite_cache_file(path, bad, arrays=arrays)
         with pytest.raises(ns.CacheFileError, match=message):
             ns.NgramCache.load(bad)
     small = tmp_path / "small.npz"
-    _rewrite(path, small, header=lambda h: h["config"].update(capacity=n))
+    rewrite_cache_file(path, small, header=lambda h: h["config"].update(capacity=n))
     with pytest.raises(ns.CacheFileError, match="exceed capacity"):
         ns.NgramCache.load(small)
 

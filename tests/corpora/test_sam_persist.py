@@ -12,6 +12,7 @@ import pytest
 
 import ngramspec as ns
 from ngramspec import persist
+from helpers import rewrite_cache_file
 
 BACKENDS = ("numba", "reference")
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
@@ -97,21 +98,6 @@ def test_a_cache_without_corpora_still_writes_version_1(tmp_path):
             [f"{m}.npy" for m in persist._ARRAYS] + ["header.npy"])
 
 
-def _rewrite(src, dst, header=None, members=None, drop=()):
-    with np.load(src) as f:
-        arrays = {k: f[k] for k in f.files}
-    h = json.loads(arrays.pop("header").tobytes())
-    if header:
-        header(h)
-    for name, a in (members or {}).items():
-        arrays[name] = a
-        h["arrays"][name] = dict(dtype=a.dtype.str, shape=list(a.shape),
-                                 sha256=persist._sha256(a))
-    for name in drop:
-        arrays.pop(name)
-    np.savez(dst, header=np.frombuffer(json.dumps(h).encode(), np.uint8), **arrays)
-
-
 def test_bad_corpus_content_is_refused(tmp_path):
     cache = _operations("numba")
     good = tmp_path / "good.npz"
@@ -121,9 +107,9 @@ def test_bad_corpus_content_is_refused(tmp_path):
     cases = [
         (dict(drop=["corpus_1"]), "corpus members"),
         (dict(header=lambda h: h["corpora"][0].update(tokens=3)), "must hold 3 tokens"),
-        (dict(members={"corpus_0": np.array([1, sep, sep, 2], np.int32)},
+        (dict(arrays={"corpus_0": np.array([1, sep, sep, 2], np.int32)},
               header=lambda h: h["corpora"][0].update(tokens=4)), "single separators"),
-        (dict(members={"corpus_0": np.array([sep, 2], np.int32)},
+        (dict(arrays={"corpus_0": np.array([sep, 2], np.int32)},
               header=lambda h: h["corpora"][0].update(tokens=2)), "single separators"),
         (dict(header=lambda h: h["corpora"][1].update(id=h["corpora"][0]["id"])), "repeat"),
         (dict(header=lambda h: h["corpora"][0].update(id="")), "malformed corpus entry"),
@@ -133,11 +119,11 @@ def test_bad_corpus_content_is_refused(tmp_path):
         (dict(header=lambda h: h["config"].update(external_corpus_max_tokens=5)),
          "more tokens than external_corpus_max_tokens"),
         (dict(header=lambda h: h.pop("corpora")), "'corpora' is missing"),
-        (dict(members={"corpus_0": np.array([1, 2], np.int64)}), "expected dtype <i4"),
+        (dict(arrays={"corpus_0": np.array([1, 2], np.int64)}), "expected dtype <i4"),
         (dict(header=lambda h: h.update(format_version=3)), "format version 3"),
     ]
     for kwargs, message in cases:
-        _rewrite(good, bad, **kwargs)
+        rewrite_cache_file(good, bad, **kwargs)
         with pytest.raises(ns.CacheFileError, match=message):
             ns.NgramCache.load(bad)
     with np.load(good) as f:  # a flipped corpus byte fails its checksum
@@ -165,7 +151,7 @@ def test_an_impossible_corpus_order_is_refused(tmp_path):
     def split(h):  # put "x" between the two ids of one bucket
         by_id = {c["id"]: c for c in h["corpora"]}
         h["corpora"] = [by_id["a"], by_id["x"], by_id["d"]]
-    _rewrite(good, bad, header=split)
+    rewrite_cache_file(good, bad, header=split)
     with np.load(good) as f:
         streams = {c: f[f"corpus_{i}"] for i, c in enumerate(order)}
     with np.load(bad) as f:

@@ -8,21 +8,18 @@ agree to accept is generated: valid budgets, corpora within the token cap, remov
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from helpers import build_peer_or_skip
+from helpers import peer_fixture, random_ops_vs_peer
 
 from benchmarks.peers import sglang_sam
 
 pytestmark = pytest.mark.sglang
 
 
-@pytest.fixture(scope="module", autouse=True)
-def peer_built():
-    build_peer_or_skip(sglang_sam.build)
+peer_built = peer_fixture(sglang_sam.build)
 
 
 @st.composite
@@ -41,9 +38,7 @@ VOCABS = [(0, 2), (-3, 6), (0, 40), (-(2**31) + 1, 2**31 - 1)]
 IDS = ["docs", "wiki", "code", "a", "d", "x", "语料库", "c13", "c14"]
 
 
-@pytest.mark.parametrize("backend", ["numba", "reference"])
-@settings(max_examples=40, deadline=None)
-@given(cfg=configs(), vocab=st.sampled_from(VOCABS), data=st.data())
+@random_ops_vs_peer(configs(), VOCABS)
 def test_random_corpus_ops_equal_sglang(backend, cfg, vocab, data):
     ours = ns.NgramCache(**cfg, backend=backend)
     peer = sglang_sam.SglangSamPeer(**cfg)

@@ -13,12 +13,11 @@ import json
 from importlib.resources import files
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from helpers import PEER_VOCABS, build_peer_or_skip, peer_tree_options
+from helpers import PEER_VOCABS, peer_fixture, peer_tree_options, random_ops_vs_peer
 
 from benchmarks.peers import sglang as sglang_peer
 
@@ -27,9 +26,7 @@ pytestmark = pytest.mark.sglang
 PROFILE = "sglang-0.5.9"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def peer_built():
-    build_peer_or_skip(sglang_peer.build, sglang_peer.LEGACY_VERSION)
+peer_built = peer_fixture(sglang_peer.build, sglang_peer.LEGACY_VERSION)
 
 
 @st.composite
@@ -48,9 +45,7 @@ def assert_equal(got: ns.DraftBatch, want) -> None:
     assert_array_equal(got.mask, want[1])
 
 
-@pytest.mark.parametrize("backend", ["numba", "reference"])
-@settings(max_examples=40, deadline=None)
-@given(cfg=peer_configs(), vocab=st.sampled_from(VOCABS), data=st.data())
+@random_ops_vs_peer(peer_configs(), VOCABS)
 def test_random_ops_equal_sglang_059(backend, cfg, vocab, data):
     ours = ns.NgramCache(**cfg, profile=PROFILE, backend=backend)
     peer = sglang_peer.SglangLegacyPeer(**cfg)

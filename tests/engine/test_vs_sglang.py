@@ -12,21 +12,18 @@ from __future__ import annotations
 
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from helpers import PEER_VOCABS, build_peer_or_skip, peer_tree_options
+from helpers import PEER_VOCABS, peer_fixture, peer_tree_options, random_ops_vs_peer
 
 from benchmarks.peers import sglang as sglang_peer
 
 pytestmark = pytest.mark.sglang
 
 
-@pytest.fixture(scope="module", autouse=True)
-def peer_built():
-    build_peer_or_skip(sglang_peer.build)
+peer_built = peer_fixture(sglang_peer.build)
 
 
 @st.composite
@@ -38,9 +35,7 @@ def peer_configs(draw):
 VOCABS = PEER_VOCABS
 
 
-@pytest.mark.parametrize("backend", ["numba", "reference"])
-@settings(max_examples=40, deadline=None)
-@given(cfg=peer_configs(), vocab=st.sampled_from(VOCABS), data=st.data())
+@random_ops_vs_peer(peer_configs(), VOCABS)
 def test_random_ops_equal_sglang(backend, cfg, vocab, data):
     ours = ns.NgramCache(**cfg, backend=backend)
     peer = sglang_peer.SglangPeer(**cfg)
