@@ -42,7 +42,7 @@ from ..cache import NgramCache
 from ..config import PRESETS, NgramConfig
 from ..drafter import Drafter
 
-__all__ = ["SEPARATOR_TOKEN", "NgramCorpus", "resolve_config"]
+__all__ = ["SEPARATOR_TOKEN", "NgramCorpus", "leaf_paths_from_mask", "resolve_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,87 @@ def resolve_config(config: Any) -> NgramConfig:
         return NgramConfig.from_toml(Path(path))
     raise TypeError(f"config must be an NgramConfig, a preset name or a TOML path, got "
                     f"{type(config).__name__}")
+
+
+def leaf_paths_from_mask(tokens: Sequence[Any], tree_mask: Any) -> list[list[Any]]:
+    """The token paths of a draft tree's leaves, read from its mask, as SGLang's
+    ``NgramCorpus.leaf_paths_from_mask`` gives them.
+
+    Row ``r`` of ``tree_mask`` marks (with 1) the columns of the slots on the path from the
+    root to slot ``r``.  A row is a leaf when no later row marks every column it marks (a
+    later row whose marked set contains it); each leaf gives the tokens of its marked columns
+    in column order, and the leaves come in row order.  Any other value than 1 counts as
+    unmarked; columns past ``len(tokens)`` count in the containment test but give no token.
+
+    Parameters
+    ----------
+    tokens : sequence
+        The tree's tokens, slot by slot (a list, or an array: the paths hold its elements).
+    tree_mask : sequence of sequences or 2-D array
+        The tree's ``n x n`` ancestor mask (one row per slot, at least ``len(tokens)``
+        columns).
+
+    Returns
+    -------
+    list of list
+        The leaves' token paths (``tokens[c]`` for each marked column ``c``).
+
+    Raises
+    ------
+    ValueError
+        ``tree_mask`` is not a rectangular 2-D matrix, or has fewer columns than tokens.
+
+    Examples
+    --------
+    >>> leaf_paths_from_mask([3, 4, 44, 5], [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0],
+    ...                                      [1, 1, 0, 1]])
+    [[3, 44], [3, 4, 5]]
+    """
+    n = len(tokens)
+    if not len(tree_mask):
+        return []
+    try:
+        marked = np.asarray(tree_mask) == 1
+    except ValueError:
+        raise ValueError("tree_mask must be a rectangular 2-D matrix (rows of equal length)"
+                         ) from None
+    if marked.ndim != 2:
+        raise ValueError(f"tree_mask must be a 2-D matrix, got {marked.ndim} dimension(s)")
+    if marked.shape[1] < n:
+        raise ValueError(f"tree_mask has {marked.shape[1]} columns but tokens has {n}: each "
+                         "token needs a column")
+    # outside[i, j]: columns row i marks and row j does not; 0 means row j contains row i.
+    m = marked.astype(np.int32)
+    contained = (m @ (1 - m).T) == 0
+    leaf = ~np.triu(contained, k=1).any(axis=1)
+    return [[tokens[c] for c in np.flatnonzero(marked[r, :n]).tolist()]
+            for r in np.flatnonzero(leaf).tolist()]
+
+
+def _log_draft_trees(log: logging.Logger, draft_token_num: int, decoding_ids: Any,
+                     decoding_masks: Any, tokenizer: Any) -> None:
+    """SGLang's ``debug_result``: log ``batch_get``'s trees and their leaf paths at INFO."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    d = draft_token_num
+    ids = decoding_ids if hasattr(decoding_ids, "reshape") else np.asarray(decoding_ids)
+    masks = decoding_masks if hasattr(decoding_masks, "reshape") else np.asarray(decoding_masks)
+    n_ids, n_mask = int(np.prod(ids.shape)), int(np.prod(masks.shape))
+    if n_ids % d or n_mask != (n_ids // d) * d * d:
+        raise ValueError(f"decoding_ids ({n_ids} values) and decoding_masks ({n_mask} values) "
+                         f"are not the trees of one batch_get with draft_token_num={d} "
+                         f"({d} and {d * d} values per tree)")
+    ids, masks = ids.reshape(-1, d), masks.reshape(-1, d, d)
+    log.info("\ndecoding_ids=%r\ndecoding_masks=%r", ids, masks)
+    for i in range(ids.shape[0]):
+        paths = leaf_paths_from_mask(ids[i].tolist(), masks[i].tolist())
+        if tokenizer is None:
+            log.info("draft path %d: %s", i, paths)
+            continue
+        log.info("result %d:", i)
+        for path in paths:
+            log.info("draft path %d: %s -> %s", i, path, tokenizer.decode(path,
+                                                                         ensure_ascii=False))
 
 
 class NgramCorpus:
@@ -272,6 +353,43 @@ class NgramCorpus:
     def list_external_corpora(self) -> dict[str, int]:
         """``{corpus_id: tokens}`` of the loaded corpora."""
         return self._cache.corpora()
+
+    # ---- SGLang's debugging helpers ---------------------------------------------------------
+
+    def leaf_paths_from_mask(self, tokens: Sequence[Any], tree_mask: Any) -> list[list[Any]]:
+        """The token paths of a draft tree's leaves (see :func:`leaf_paths_from_mask`).
+
+        Examples
+        --------
+        >>> NgramCorpus(draft_token_num=3).leaf_paths_from_mask(
+        ...     [10, 20, 30], [[1, 0, 0], [1, 1, 0], [1, 0, 1]])
+        [[10, 20], [10, 30]]
+        """
+        return leaf_paths_from_mask(tokens, tree_mask)
+
+    def debug_result(self, decoding_ids: Any, decoding_masks: Any, tokenizer: Any = None
+                     ) -> None:
+        """Log the trees of a :meth:`batch_get` (flat or shaped) at INFO, as SGLang's does: the
+        arrays reshaped to ``(trees, draft_token_num)`` and ``(trees, draft_token_num,
+        draft_token_num)``, then each tree's leaf paths (``"draft path i: [...]"``), decoded
+        by ``tokenizer.decode(path, ensure_ascii=False)`` when a tokenizer is given.  Nothing
+        is computed when INFO is off for this module's logger.
+
+        Examples
+        --------
+        >>> import logging, sys
+        >>> log = logging.getLogger("ngramspec.integrations.sglang")
+        >>> show = logging.StreamHandler(sys.stdout)
+        >>> log.addHandler(show); log.setLevel(logging.INFO); log.propagate = False
+        >>> NgramCorpus(draft_token_num=2).debug_result(np.array([5, 6]), np.array([1, 0, 1, 1]))
+        <BLANKLINE>
+        decoding_ids=array([[5, 6]])
+        decoding_masks=array([[[1, 0],
+                [1, 1]]])
+        draft path 0: [[5, 6]]
+        >>> log.removeHandler(show); log.setLevel(logging.NOTSET); log.propagate = True
+        """
+        _log_draft_trees(logger, self.draft_token_num, decoding_ids, decoding_masks, tokenizer)
 
     # ---- beyond SGLang: what the worker hook tells ---------------------------------------------
 

@@ -4,7 +4,9 @@ SGLang 0.5.9's NGRAM worker drafts through ``sglang.srt.speculative.cpp_ngram.ng
 NgramCache``: constructor keywords ``branch_length, min_match_window_size,
 max_match_window_size, min_bfs_breadth, max_bfs_breadth, draft_token_num, match_type,
 capacity``; ``batch_put``, ``synchronize``, ``reset`` and a stateless ``batch_get(batch_tokens)``
-returning flat int64 token and mask arrays.  This class has the same, over
+returning flat int64 token and mask arrays, the debugging helpers ``leaf_paths_from_mask``
+and ``debug_result``, and the attributes ``cache``, ``default_mask`` and ``draft_token_num``.
+This class has the same, over
 :class:`ngramspec.NgramCache` with ``profile="sglang-0.5.9"``; ``config=`` takes any
 configuration of that profile (every one is SGLang-exact: the options beyond SGLang exist for
 0.5.23 only).  No launcher is offered: 0.5.9 servers predate SGLang's plugin mechanism;
@@ -13,16 +15,20 @@ replace the name in the worker module yourself.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ..cache import NgramCache as _Cache
 from ..config import NgramConfig
-from .sglang import _EMPTY, _pack_windows, resolve_config
+from .sglang import _EMPTY, _log_draft_trees, _pack_windows, leaf_paths_from_mask, resolve_config
 
 __all__ = ["NgramCache"]
+
+logger = logging.getLogger(__name__)
 
 
 class NgramCache:
@@ -65,12 +71,21 @@ class NgramCache:
                                      "and windows by it; start the server with the config's")
         self._config = cfg
         self.draft_token_num = cfg.draft_token_num
+        #: SGLang's attribute of the same name (a 1 x 1 int64 array of ones; its worker never
+        #: reads it).
+        self.default_mask = np.ones((1, 1), dtype=np.int64)
         self._cache = _Cache(config=cfg, backend=backend).warmup()
 
     @property
     def config(self) -> NgramConfig:
         """The configuration this drafter runs."""
         return self._config
+
+    @property
+    def cache(self) -> _Cache:
+        """The trie, as SGLang's attribute of this name holds its C++ one: here the
+        :class:`ngramspec.NgramCache` that drafts (its methods are ngramspec's)."""
+        return self._cache
 
     def batch_put(self, batch_tokens: Sequence[Sequence[int]]) -> None:
         """Queue the windows for the insert thread; returns at once."""
@@ -94,3 +109,22 @@ class NgramCache:
             return _EMPTY.copy(), _EMPTY.copy()
         d = self._cache.match(batch_tokens)
         return d.tokens.reshape(-1).astype(np.int64), d.mask.reshape(-1).astype(np.int64)
+
+    def leaf_paths_from_mask(self, tokens: Sequence[Any], tree_mask: Any) -> list[list[Any]]:
+        """The token paths of a draft tree's leaves (see
+        :func:`ngramspec.integrations.sglang.leaf_paths_from_mask`).
+
+        Examples
+        --------
+        >>> NgramCache(draft_token_num=3).leaf_paths_from_mask(
+        ...     [10, 20, 30], [[1, 0, 0], [1, 1, 0], [1, 1, 1]])
+        [[10, 20, 30]]
+        """
+        return leaf_paths_from_mask(tokens, tree_mask)
+
+    def debug_result(self, decoding_ids: Any, decoding_masks: Any, tokenizer: Any = None
+                     ) -> None:
+        """Log the trees of a :meth:`batch_get` and their leaf paths at INFO, as SGLang's does
+        (see :meth:`ngramspec.integrations.sglang.NgramCorpus.debug_result`); the records go
+        to this module's logger."""
+        _log_draft_trees(logger, self.draft_token_num, decoding_ids, decoding_masks, tokenizer)
