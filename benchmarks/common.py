@@ -199,7 +199,7 @@ def cross_validate(edge_sets: dict[str, np.ndarray], rows: list[dict], repeats: 
     """Worst bin (>= 1% of steps) of each edge set's fit, judged on the other half of the
     tuning requests, per fold (``2 * repeats`` folds, the same halves for every set)."""
     import ngramspec.calibration_table as calibration
-    from ngramspec.holdout import group_key
+    from ngramspec.sweep.split import group_key
     from ngramspec.reliability import reliability
 
     keys = sorted({group_key(r["id"]) for r in rows})

@@ -171,7 +171,7 @@ class NgramConfig:
         The break-even of a cost model (verify time / decode time) is the natural value.
         ``"auto"``: per step, cut the trees of the batch to the size (possibly none) that
         maximises the expected emitted tokens per unit of step time, from step costs given to
-        the drafter (``costs=``; see :mod:`ngramspec.acceptance`).
+        the drafter (``costs=``; see :mod:`ngramspec.calibration_table`).
     shared_pseudo_count : float
         ADAPTIVE only (0 = off): the shared trie's estimates count for less where their
         context is short.  Below a shared-trie node that continues a context of ``n`` tokens
@@ -181,8 +181,9 @@ class NgramConfig:
         tuning part), while long matches keep their counts.
     calibrated_estimates : bool
         ADAPTIVE only: score candidates by calibrated probabilities (fitted on recorded
-        traffic: by source, matched length, count and rank; :mod:`ngramspec.acceptance`)
-        instead of count ratios, which are optimistic on rare n-grams.  An alternative to
+        traffic: by source, matched length, count and rank;
+        :mod:`ngramspec.calibration_table`) instead of count ratios, which are optimistic on
+        rare n-grams.  An alternative to
         ``shared_pseudo_count`` (both replace the count ratios), so not combined with it.
     external_sam_budget : int
         ``sglang-0.5.23`` BFS/PROB only (default 0: corpora off).  Draft nodes per tree that
@@ -367,7 +368,7 @@ class NgramConfig:
     @classmethod
     def recommended(cls, **overrides: Any) -> "NgramConfig":
         """The options beyond SGLang tuned on the tuning part of the shipped recorded streams
-        (:mod:`ngramspec.holdout`): prompt indexing, a per-request index, exact counts,
+        (:mod:`ngramspec.sweep.split`): prompt indexing, a per-request index, exact counts,
         ADAPTIVE drafts with ``min_token_prob=0.5``, ``max_spec_factor=1``,
         ``shared_pseudo_count=2``, ``max_trie_depth=24`` and ``draft_token_num=16``.
 
@@ -482,8 +483,9 @@ class NgramConfig:
         ``min_expected_accept=4.0`` (the value measured on the tuning part to keep every task
         group at or above break-even under a verify step 2.46 times a decode step);
         ``"calibrated"``: wide ADAPTIVE trees (``min_token_prob=0.18``, ``max_spec_factor=4``,
-        ``max_trie_depth=24``) scored by the calibrated estimates of :mod:`ngramspec.acceptance`
-        (the settings its table was fitted on), the base for ``min_expected_accept="auto"``.
+        ``max_trie_depth=24``) scored by the calibrated estimates of
+        :mod:`ngramspec.calibration_table` (the settings its table was fitted on), the base for
+        ``min_expected_accept="auto"``.
 
         Examples
         --------

@@ -7,12 +7,12 @@ import pytest
 
 MODULES = ["ngramspec", "ngramspec.config", "ngramspec.config_toml", "ngramspec.stdorder",
            "ngramspec.cache", "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter",
-           "ngramspec.streams", "ngramspec.holdout", "ngramspec.simulate.results",
-           "ngramspec.simulate.runs", "ngramspec.simulate.stepwise", "ngramspec.costs.model",
-           "ngramspec.costs.records", "ngramspec.costs.engines", "ngramspec.sweep.budget",
-           "ngramspec.reliability", "ngramspec.calibration_table", "ngramspec.executors",
-           "ngramspec.testing", "ngramspec.testing.strategies", "ngramspec.testing._compare",
-           "ngramspec.testing._machine", "ngramspec.testing._golden"]
+           "ngramspec.streams", "ngramspec.simulate.results", "ngramspec.simulate.runs",
+           "ngramspec.simulate.stepwise", "ngramspec.costs.model", "ngramspec.costs.records",
+           "ngramspec.costs.engines", "ngramspec.sweep.budget", "ngramspec.reliability",
+           "ngramspec.calibration_table", "ngramspec.testing", "ngramspec.testing.strategies",
+           "ngramspec.testing._compare", "ngramspec.testing._machine",
+           "ngramspec.testing._golden"]
 
 
 @pytest.mark.parametrize("name", MODULES)

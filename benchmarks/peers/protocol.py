@@ -1,7 +1,7 @@
 """The evaluation protocol: a drafter on the tuning part and on the hold-out part apart, and
 ngramspec against Arctic's curve at the same draft tokens per step.
 
-The parts are ``ngramspec.holdout``'s fixed split of the 133 shipped streams (by conversation,
+The parts are ``ngramspec.sweep.split``'s fixed split of the 133 shipped streams (by conversation,
 per task): ``"tune"`` (68 requests) and ``"holdout"`` (65).  Each part is replayed on its own,
 in file order, at concurrency 1, from empty caches: the hold-out replay never sees a token of
 the tuning part, and anything tuned (``recommended()``, ``benchmarks.studies.tune_recommended``)
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import ngramspec as ns
-from ngramspec.holdout import PARTS, split_streams
+from ngramspec.sweep.split import PARTS, split_streams
 
 from benchmarks.common import fresh_rows, load_rows
 

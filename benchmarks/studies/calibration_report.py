@@ -1,5 +1,5 @@
 """Reliability of the ADAPTIVE accept-length estimates on the tuning and hold-out parts of the
-shipped streams (``ngramspec.holdout``): per verify step, the predicted expected accept length
+shipped streams (``ngramspec.sweep.split``): per verify step, the predicted expected accept length
 (``DraftBatch.expected_accept_lens``) beside the realised one (tokens emitted), binned by the
 predicted value, for ``NgramConfig.preset("calibrated")`` (wide trees) with count-ratio estimates and with
 ``calibrated_estimates=True``, at concurrency 1.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 
 import ngramspec as ns
-from ngramspec.acceptance import reliability
+from ngramspec.reliability import reliability
 
 from benchmarks.peers import protocol as H
 

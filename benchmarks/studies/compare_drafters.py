@@ -38,7 +38,7 @@ Columns (pooled over all verify steps of the group's requests):
   The verify cost is taken as independent of the tree size; below 1.0 speculation slows
   decoding down (break-even at 30 / 12.2 = 2.46 tokens/step without drafting time).
 
-Parts (``--parts``, default ``tune,holdout``): the fixed split of ``ngramspec.holdout`` (by
+Parts (``--parts``, default ``tune,holdout``): the fixed split of ``ngramspec.sweep.split`` (by
 conversation, per task); each part is replayed on its own from empty caches, so the hold-out
 figures come from traffic that no tuning step read (``all``: the 133 streams in one replay).
 After the tables, every ngramspec drafter is set against Arctic's curve over

@@ -2,7 +2,7 @@
 hold-out part of the shipped streams.
 
 For each cost setting and concurrency, ``NgramConfig.preset("calibrated")`` (wide trees) is replayed (the compiled
-serving loop, :func:`ngramspec.simulate`) on the 65 hold-out requests (``ngramspec.holdout``)
+serving loop, :func:`ngramspec.simulate`) on the 65 hold-out requests (``ngramspec.sweep.split``)
 with ``min_expected_accept`` at each fixed threshold and at ``"auto"``, with the count-ratio
 estimates and with ``calibrated_estimates=True``, and the serving time is predicted with
 :func:`ngramspec.predict_serving` (drafting time excluded, ``draft_ms=0``, so that the figures

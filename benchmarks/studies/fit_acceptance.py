@@ -15,14 +15,14 @@ The trees are drafted by ``NgramConfig.preset("calibrated")`` (wide trees) on th
 :class:`ngramspec.Drafter` at concurrency 1, with the construction recording each node's cell
 (``reference.adaptive.build_adaptive(..., record=)``); ``--calibrated`` drafts
 with the current table (one refinement round: its trees are the ones it will score).
-Only the ``"tune"`` part (``ngramspec.holdout``) is read.
+Only the ``"tune"`` part (``ngramspec.sweep.split``) is read.
 
 ``--save``/``--load`` keep the collected edges (each with its request's index) for
 re-fitting without drafting again.
 
 ``--cv R`` compares fits by cross-validation inside the tuning part (the hold-out part is not
 read): the tuning requests are cut ``R`` times into two random halves by conversation
-(:func:`ngramspec.holdout.group_key`); each half's edges are fitted and the other half is
+(:func:`ngramspec.sweep.split.group_key`); each half's edges are fitted and the other half is
 replayed (concurrency 1) with that table; printed per edge set (each ``--load`` file, e.g.
 the edges of the trees of two tables): the worst bin holding at least 1% of the steps, per
 fold and on average.
@@ -32,7 +32,7 @@ fold and on average.
     python -m benchmarks.studies.fit_acceptance --refit-fresh
 
 ``--refit-fresh`` asks whether refitting on a new model's traffic helps: the second recording
-(``ngramspec.streams.fresh_streams_path()``) is split by the same rule (``ngramspec.holdout``),
+(``ngramspec.streams.fresh_streams_path()``) is split by the same rule (``ngramspec.sweep.split``),
 a table is fitted on its tuning half (round 1 from count-ratio trees, round 2 on round 1's
 trees, the same recipe as the shipped table) and every table's worst bin is printed on both
 halves, the shipped one first.  It writes nothing.
@@ -48,7 +48,7 @@ import numpy as np
 
 import ngramspec as ns
 import ngramspec.reference.backend as ref_backend
-from ngramspec.holdout import split_streams
+from ngramspec.sweep.split import split_streams
 from ngramspec.reference.tree import level_order
 from ngramspec.streams import embedded_streams_path, read_streams
 
@@ -205,7 +205,7 @@ def main() -> None:
     print(f"{len(edges)} edges from {len(rows)} tuning requests in "
           f"{time.perf_counter() - t0:.1f} s; mean accepted {edges[:, 6].mean():.3f}")
     if args.write:
-        note = (f"Fitted on the {len(rows)} tuning requests (ngramspec.holdout), "
+        note = (f"Fitted on the {len(rows)} tuning requests (ngramspec.sweep.split), "
                 f"{len(edges)} edges, ridge {args.ridge:g}, trees drafted "
                 f"{'with the previous table' if args.calibrated else 'from count ratios'}.")
         path = Path(__file__).resolve().parents[1] / "ngramspec" / "_acceptance_table.py"

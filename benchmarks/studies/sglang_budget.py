@@ -6,7 +6,7 @@ the trees hold, so ``recommended()``'s 16 (a custom loop's setting, where ADAPTI
 its real trees) is not necessarily what SGLang should get.  For each illustrative cost and
 concurrency this runs :func:`ngramspec.sweep.budget.best_budget` for ``recommended()`` over
 :data:`~ngramspec.sweep.budget.BUDGETS` on the tuning part of the shipped streams
-(``ngramspec.holdout``), then the same on the hold-out part.
+(``ngramspec.sweep.split``), then the same on the hold-out part.
 
 The rule that picks the default, on the tuning part only: among the budgets, the one whose
 worst ratio of predicted speed-up to the best budget's, over the (cost, concurrency) cells

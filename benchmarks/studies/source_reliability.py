@@ -1,7 +1,7 @@
 """How often each source's most frequent continuation is the next token: the measurement
 behind ``shared_pseudo_count`` (tuning part only).
 
-Replays a task group of the tuning part (``ngramspec.holdout``) through a ``Drafter`` on the
+Replays a task group of the tuning part (``ngramspec.sweep.split``) through a ``Drafter`` on the
 reference backend and, at every step, for every anchor the ADAPTIVE builder received (the
 request's own trie ``L``, the shared trie ``S``; the longest anchor of a source apart from the
 others), compares the predicted probability of the anchor's most frequent child

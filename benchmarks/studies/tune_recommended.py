@@ -2,7 +2,7 @@
 
 Replays ``recommended()`` with other ``draft_token_num``, ``min_token_prob``,
 ``max_spec_factor``, ``shared_pseudo_count`` and ``max_trie_depth`` on the tuning part of the
-shipped streams (``ngramspec.holdout``; the hold-out part is never read here) and ranks every
+shipped streams (``ngramspec.sweep.split``; the hold-out part is never read here) and ranks every
 setting by its worst ratio, over the task groups and overall, of tokens per verify step to
 Arctic's at the same draft tokens per step (:mod:`benchmarks.peers.protocol`: Arctic's curve over
 ``max_spec_tokens``, interpolated, never extrapolated; a setting wider than Arctic's widest

@@ -26,11 +26,11 @@ context ``x`` continues: the anchor's length plus the tree level of the node bei
 (``n = d`` below the anchor itself).
 
 With ``calibrated_estimates`` a child's conditional probability is not its count ratio but
-the calibrated estimate of :mod:`ngramspec.acceptance` (:func:`calibrated_conditional`).  With
-``min_expected_accept="auto"`` the tree is cut after construction to the first ``k`` nodes in
-creation order (every such prefix is a tree), ``k`` chosen over the batch by
-:func:`choose_cap`, and laid out as the construction would have after its ``k``-th node
-(:func:`prefix_tree`).  The layout is SGLang's
+the calibrated estimate of :mod:`ngramspec.calibration_table`
+(:func:`calibrated_conditional`).  With ``min_expected_accept="auto"`` the tree is cut after
+construction to the first ``k`` nodes in creation order (every such prefix is a tree), ``k``
+chosen over the batch by :func:`choose_cap`, and laid out as the construction would have
+after its ``k``-th node (:func:`prefix_tree`).  The layout is SGLang's
 (level order, libstdc++ sibling order), so every output format applies unchanged.
 """
 
@@ -111,15 +111,15 @@ def calibrated_conditional(table: Sequence[float], source: int, context_len: int
                            total: int, rank: int, freq: int) -> float:
     """The calibrated probability that the target continues with a child, clipped to [0, 1].
 
-    ``table`` (:func:`ngramspec.acceptance.calibration_array`): ``[nc, nt, nl, context-length
-    bin edges (nc), total bin edges (nt), level bin edges (nl), (a, b) per (source, context
-    bin, total bin, level bin, rank 0 or not)]``; the estimate is ``a + b * freq / total`` of
-    the child's cell.  ``source``: 0 for the request's own trie, 1 for the shared one;
-    ``context_len``: the matched length the child continues (the longest anchor's length in
-    its source plus the child's depth below its anchor, minus one); ``level``: its parent's
-    level below the anchor (0: the parent is the anchor; else the drafted nodes the path has
-    confirmed before the child, where a long copy makes the next token likelier than a short
-    one does); ``rank``: its place among the siblings pushed.
+    ``table`` (:func:`ngramspec.calibration_table.calibration_array`): ``[nc, nt, nl,
+    context-length bin edges (nc), total bin edges (nt), level bin edges (nl), (a, b) per
+    (source, context bin, total bin, level bin, rank 0 or not)]``; the estimate is
+    ``a + b * freq / total`` of the child's cell.  ``source``: 0 for the request's own trie,
+    1 for the shared one; ``context_len``: the matched length the child continues (the longest
+    anchor's length in its source plus the child's depth below its anchor, minus one);
+    ``level``: its parent's level below the anchor (0: the parent is the anchor; else the
+    drafted nodes the path has confirmed before the child, where a long copy makes the next
+    token likelier than a short one does); ``rank``: its place among the siblings pushed.
     """
     nc, nt, nl = int(table[0]), int(table[1]), int(table[2])
     c_edges = table[3:3 + nc]

@@ -10,7 +10,7 @@ job in a results file so that an interrupted sweep resumes where it stopped.
 - :mod:`~ngramspec.sweep.plan`: :func:`plan_sweep`, :func:`run_sweep`, :func:`pair_holdout`,
   :func:`rank`;
 - :mod:`~ngramspec.sweep.split`: the fixed tuning / hold-out split of recorded streams
-  (``split_streams``, documented as ``ngramspec.holdout``) and a sweep's own
+  (``split_streams``) and a sweep's own
   (:func:`sweep_holdout`);
 - :mod:`~ngramspec.sweep.executors`: :class:`LocalExecutor`, :class:`RayExecutor`,
   :func:`make_executor`;

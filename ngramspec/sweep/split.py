@@ -1,10 +1,10 @@
 """The two hold-out splits: the fixed one of recorded streams, and a sweep's own.
 
-**The fixed split** (:func:`split_streams`, :func:`split_of`; documented as
-``ngramspec.holdout``, which re-exports it) divides recorded streams once and for all into a
-``"tune"`` part and a ``"holdout"`` part.  Anything tuned on recorded traffic (recommended
-settings, thresholds, calibration) is tuned on the ``"tune"`` part only and reported on the
-``"holdout"`` part, which no tuning step reads.  The rule, chosen once and never tuned:
+**The fixed split** (:func:`split_streams`, :func:`split_of`) divides recorded streams once
+and for all into a ``"tune"`` part and a ``"holdout"`` part.  Anything tuned on recorded
+traffic (recommended settings, thresholds, calibration) is tuned on the ``"tune"`` part only
+and reported on the ``"holdout"`` part, which no tuning step reads.  The rule, chosen once and
+never tuned:
 
 1. A request's *group key* is its ``id`` without a trailing ``/turn<N>``, so that the turns of
    one conversation (turn 2 carries turn 1's answer in its prompt) land on the same side.

@@ -4,7 +4,7 @@ import collections
 
 import pytest
 
-from ngramspec.holdout import group_key, split_of, split_streams
+from ngramspec.sweep.split import group_key, split_of, split_streams
 from ngramspec.streams import embedded_streams_path, read_streams
 
 

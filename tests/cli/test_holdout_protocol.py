@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import ngramspec as ns
 from benchmarks.peers import protocol as H
-from ngramspec.holdout import split_of
+from ngramspec.sweep.split import split_of
 
 
 def test_parts_are_the_fixed_split_and_replayed_alone():
