@@ -15,8 +15,8 @@ from ..costs.uncertainty import LEVEL, bootstrap, with_interval
 from ..simulate import SimulationResult, pool_results, simulate, simulate_stream
 from ..streams import embedded_streams_path, iter_streams
 from ..sweep import EXECUTORS, make_executor, plan_shards, run_shard, shard_values
-from ._options import (add_common, base_options, check_engine, check_cost_covers, check_executor_args,
-                       check_in_files, check_limit, check_out_file, config_options,
+from ._options import (add_common, base_options, check_cost_covers, check_engine,
+                       check_executor_args, check_in_files, check_limit, check_out_file, config_options,
                        cost_label, cost_model, default_jobs, levels, load, make_config)
 from ..sweep.jobs import auto_costs
 from ._report import (ProgressBar, check_plot, config_line, format_predictions, format_report,

@@ -50,6 +50,8 @@ class Engine:
     drafting : str
         The :class:`~ngramspec.SimulationResult` attribute holding the drafting time per
         step this engine pays (the compiled replay's own time where it is None).
+    drafting_words : str
+        How reports name that figure's source.
     words : str
         How reports name the engine.
     """
@@ -57,13 +59,15 @@ class Engine:
     name: str
     fixed_width: bool
     drafting: str
+    drafting_words: str
     words: str
 
 
 ENGINES: dict[str, Engine] = {
-    "custom": Engine("custom", False, "step_api_ms_per_step",
+    "custom": Engine("custom", False, "step_api_ms_per_step", "the step API, timed",
                      "a custom loop (real ADAPTIVE trees, plain decodes without drafts)"),
     "sglang": Engine("sglang", True, "sglang_ms_per_step",
+                     "SGLang's worker calls on the drop-in NgramCorpus, timed",
                      "SGLang's NGRAM worker (draft_token_num slots per request, every step)"),
 }
 
@@ -134,7 +138,5 @@ def drafting_ms(engine: Engine, result: Any, cost: Any) -> tuple[float, str]:
         return 0.0, "included in the cost table's verify rows"
     measured = getattr(result, engine.drafting, None)
     if measured is not None:
-        where = ("the step API, timed" if engine.name == "custom" else
-                 "SGLang's worker calls on the drop-in NgramCorpus, timed")
-        return float(measured), where
+        return float(measured), engine.drafting_words
     return float(result.draft_ms_per_step), "the compiled replay's own time (a low estimate)"

@@ -247,6 +247,15 @@ def _table_for(cost: Any, sched: Schedule) -> "CostTable":
     raise TypeError(f"cost must be a CostTable or a CostModel, got {type(cost).__name__}")
 
 
+def step_ms(sched: Schedule, cost: Cost, draft_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    """The time of every step of a schedule: ``(speculative, baseline)``, ms (the rule of the
+    module docstring; ``draft_ms`` checked by the caller)."""
+    table = _table_for(cost, sched)
+    spec = table.ms_array(sched.batch, sched.tokens) + draft_ms
+    base = table.ms_array(sched.baseline_batch, np.ones_like(sched.baseline_batch))
+    return spec, base
+
+
 def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
                     sched: Schedule | None = None,
                     engine: str | Engine = "custom") -> ServingPrediction:
@@ -310,9 +319,7 @@ def predict_serving(result: Any, cost: Cost, *, draft_ms: float | None = None,
             not math.isfinite(draft_ms) or draft_ms < 0:
         raise ValueError(f"draft_ms must be a finite number of milliseconds >= 0, got "
                          f"{draft_ms!r}")
-    table = _table_for(cost, sched)
-    spec = table.ms_array(sched.batch, sched.tokens) + draft_ms
-    base = table.ms_array(sched.baseline_batch, np.ones_like(sched.baseline_batch))
+    spec, base = step_ms(sched, cost, draft_ms)
     tokens = sched.baseline_steps
     spec_ms, base_ms = float(spec.sum()), float(base.sum())
     return ServingPrediction(

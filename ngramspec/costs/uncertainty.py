@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .serving import predict_serving
+from .engines import engine_of
+from .serving import predict_serving, schedule, step_ms
 
 __all__ = ["Interval", "bootstrap", "with_interval", "LEVEL", "RESAMPLES", "MIN_REQUESTS",
            "SEED"]
@@ -130,15 +131,18 @@ def bootstrap(result: Any, cost: Any = None, *, engine: str = "custom",
     tps = emitted[draws].sum(axis=1) / steps[draws].sum(axis=1)
     speed = None
     if cost is not None:
+        rule = engine_of(engine)
         if draft_ms is None:
-            draft_ms = predict_serving(result, cost, engine=engine).draft_ms
+            draft_ms = predict_serving(result, cost, engine=rule).draft_ms
         picks = np.asarray(keep)[draws]
         ups = np.empty(resamples)
         for k, pick in enumerate(picks):
             run = _Resampled(result.config, result.concurrency,
                              [result.emitted[i] for i in pick], [result.drafts[i] for i in pick],
                              np.asarray(result.output_lens)[pick])
-            ups[k] = predict_serving(run, cost, engine=engine, draft_ms=draft_ms).speed_up
+            # The prediction's own step times, without its per-request figures (TPOT).
+            spec, base = step_ms(schedule(run, engine=rule), cost, draft_ms)
+            ups[k] = float(base.sum()) / float(spec.sum())
         speed = _bounds(ups)
     return Interval(_bounds(tps), speed, len(keep), resamples)
 

@@ -120,6 +120,14 @@ def run_job(job: Job, parts: Mapping[str, list[dict]]) -> dict:
     r = simulate(parts[job.part], config=config, concurrency=job.run_concurrency,
                  backend=job.backend, costs=auto_costs(config, job.cost))
     s = r.summary
+    p = None
+    if job.cost is None:
+        iv = bootstrap(r)
+    else:
+        # Predicted in the worker: the per-request step counts need not travel back.
+        p = predict_serving(r, job.cost, draft_ms=job.draft_ms, engine=job.engine)
+        iv = bootstrap(r, job.cost, engine=job.engine, draft_ms=p.draft_ms)
+        p = with_interval(p, iv)
     out = dict(schema_version=SCHEMA_VERSION, **versions(), sweep=job.sweep, key=job.key,
                part=job.part, concurrency=job.concurrency, run_concurrency=r.concurrency,
                options=job.options, config=dataclasses.asdict(r.config),
@@ -130,17 +138,14 @@ def run_job(job: Job, parts: Mapping[str, list[dict]]) -> dict:
                draft_nodes_per_step=s.draft_nodes_per_step,
                share_steps_with_draft=s.share_steps_with_draft, speedup=None,
                speculative_tokens_per_s=None, baseline_tokens_per_s=None, prediction=None,
-               engine=job.engine if job.cost is not None else None, group_by=job.by, groups=None if job.by is None else
+               engine=job.engine if job.cost is not None else None, group_by=job.by,
+               groups=None if job.by is None else
                {k: v.to_dict() for k, v in r.by(job.by).items()},
+               tokens_per_step_low=iv.tokens_per_step[0],
+               tokens_per_step_high=iv.tokens_per_step[1],
                draft_ms_per_step=r.draft_ms_per_step, wall_seconds=r.wall_seconds,
                task_seconds=None, finished_at=None)
-    iv = bootstrap(r)
-    out.update(tokens_per_step_low=iv.tokens_per_step[0],
-               tokens_per_step_high=iv.tokens_per_step[1])
-    if job.cost is not None:
-        # Predicted in the worker: the per-request step counts need not travel back.
-        p = predict_serving(r, job.cost, draft_ms=job.draft_ms, engine=job.engine)
-        p = with_interval(p, bootstrap(r, job.cost, engine=job.engine, draft_ms=p.draft_ms))
+    if p is not None:
         out.update(prediction=dict(p.to_dict(), concurrency=job.concurrency),
                    speedup=p.speed_up, speculative_tokens_per_s=p.speculative_tokens_per_s,
                    baseline_tokens_per_s=p.baseline_tokens_per_s)
