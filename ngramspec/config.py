@@ -43,14 +43,17 @@ MATCH_TYPES = tuple(MATCH_MODES)
 #: Options beyond SGLang (all off by default): what ``Drafter`` and the ADAPTIVE builder add.
 BEYOND_SGLANG = ("index_prompt", "exact_counts", "local_index", "min_token_prob",
                  "max_spec_factor", "min_expected_accept", "shared_pseudo_count",
-                 "calibrated_estimates")
+                 "calibrated_estimates", "chain")
 _ADAPTIVE_ONLY = ("min_token_prob", "max_spec_factor", "min_expected_accept",
                   "shared_pseudo_count")
 #: ``min_expected_accept`` may also be this: the tree size chosen from step costs.
 AUTO = "auto"
 _ADAPTIVE_MAX_DRAFT = 256
-#: SGLang releases whose drafter can be reproduced; the first is the default.
-PROFILES = ("sglang-0.5.23", "sglang-0.5.9")
+#: Releases whose drafter can be reproduced; the first is the default.  ``vllm-0.33`` is
+#: vLLM's n-gram (prompt lookup) proposer: no trie, a chain from the request's own tokens.
+PROFILES = ("sglang-0.5.23", "sglang-0.5.9", "vllm-0.33")
+#: The profile of vLLM's n-gram proposer.
+VLLM_PROFILE = "vllm-0.33"
 
 _INT32_MAX = 2**31 - 1
 # Corpus tokens across a cache's corpora: automaton states and edges are int32 ids (at most
@@ -81,7 +84,12 @@ _PROFILE_FIELDS: dict[str, dict[str, int]] = {
     "sglang-0.5.23": {"max_trie_depth": 18},
     "sglang-0.5.9": {"branch_length": 18, "min_match_window_size": 1,
                      "max_match_window_size": 12},
+    # vLLM has no default for num_speculative_tokens (it must be given); 5 is the value of
+    # vLLM's documented n-gram example.  The lookup sizes default as vLLM resolves them.
+    VLLM_PROFILE: {"prompt_lookup_min": 5, "prompt_lookup_max": 5, "num_speculative_tokens": 5},
 }
+# SGLang-only settings a vllm-0.33 configuration must leave at their defaults.
+_SGLANG_ONLY = ("min_bfs_breadth", "max_bfs_breadth", "match_type")
 
 
 
@@ -138,8 +146,10 @@ class NgramConfig:
         Trie nodes, root included.  Must exceed the trie depth (``max_trie_depth`` or
         ``branch_length``): SGLang crashes or aborts for smaller capacities; we refuse them up
         front.  Default 10,000,000.
-    profile : {"sglang-0.5.23", "sglang-0.5.9"}
-        Which SGLang release's behaviour to reproduce.
+    profile : {"sglang-0.5.23", "sglang-0.5.9", "vllm-0.33"}
+        Which release's drafter to reproduce: SGLang's two eras, or vLLM 0.33's n-gram
+        (prompt lookup) proposer, which :func:`~ngramspec.simulate` replays exactly (it has
+        no trie: no cache or :class:`~ngramspec.Drafter` takes it).
 
     Other Parameters
     ----------------
@@ -192,6 +202,12 @@ class NgramConfig:
     external_corpus_max_tokens : int
         Cap on the tokens (separators included) of all loaded corpora together (default
         10,000,000); at least 1.
+    chain : bool
+        Send one chain per request, not a tree: the root-to-leaf path of the drafted tree
+        with the most expected accepted tokens (ADAPTIVE: the largest sum of path
+        probabilities; BFS/PROB: the branch with the most drafted nodes), as
+        :meth:`~ngramspec.DraftBatch.chains` cuts it.  For engines that verify chains only
+        (vLLM; ``--engine vllm``).
     branch_length : int, optional
         ``sglang-0.5.9`` only (default 18).  Longest path stored in the trie (renamed
         ``max_trie_depth`` later); the worker inserts the last ``branch_length`` tokens.
@@ -201,6 +217,15 @@ class NgramConfig:
         matched; the worker sends the last ``max_match_window_size`` tokens.  Inserts skip the
         suffixes of ``min_match_window_size`` tokens or fewer.
         ``0 < min_match_window_size <= max_match_window_size < branch_length``.
+    prompt_lookup_min, prompt_lookup_max : int, optional
+        ``vllm-0.33`` only: the lengths of the context suffix vLLM's n-gram proposer looks up
+        earlier in the same request (the longest found wins; its earliest occurrence).  As
+        vLLM resolves them: neither given, 5 and 5; one given, the other equals it.
+        ``1 <= prompt_lookup_min <= prompt_lookup_max``.
+    num_speculative_tokens : int, optional
+        ``vllm-0.33`` only: tokens drafted per step (the chain's length at most; fewer where
+        the occurrence is near the end of the context).  vLLM requires it; default 5 here.
+        ``draft_token_num`` is ``num_speculative_tokens + 1`` (the root, as in SGLang).
 
     Examples
     --------
@@ -219,6 +244,9 @@ class NgramConfig:
     Traceback (most recent call last):
     ...
     ValueError: max_trie_depth is an option of profile 'sglang-0.5.23', not of 'sglang-0.5.9' ...
+    >>> v = NgramConfig(profile="vllm-0.33", prompt_lookup_max=4, num_speculative_tokens=3)
+    >>> (v.prompt_lookup_min, v.prompt_lookup_max, v.num_speculative_tokens, v.draft_token_num)
+    (4, 4, 3, 4)
     """
 
     max_trie_depth: int | None = None
@@ -241,11 +269,17 @@ class NgramConfig:
     external_sam_budget: int = 0
     external_corpus_max_tokens: int = 10_000_000
     calibrated_estimates: bool = False
+    chain: bool = False
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
+    num_speculative_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, str) or self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
         own = _PROFILE_FIELDS[self.profile]
+        if self.profile == VLLM_PROFILE:
+            self._resolve_vllm()
         for other, fields in _PROFILE_FIELDS.items():
             for name in fields:
                 if name not in own and getattr(self, name) is not None:
@@ -266,6 +300,9 @@ class NgramConfig:
         if self.match_type not in MATCH_TYPES:
             raise ValueError(f"match_type must be one of {MATCH_TYPES}, got {self.match_type!r}")
         self._check_beyond_sglang()
+        if self.profile == VLLM_PROFILE:
+            self._check_corpora()
+            return
         # SGLang's own constructor checks, in its order.
         depth_name = "max_trie_depth" if self.profile == "sglang-0.5.23" else "branch_length"
         if self.trie_depth <= 1:
@@ -300,8 +337,43 @@ class NgramConfig:
                                  f"got {getattr(self, name)}")
         self._check_corpora()
 
+    def _resolve_vllm(self) -> None:
+        """vLLM's own resolution and checks of its n-gram settings (``SpeculativeConfig``): one
+        lookup size given sets the other; neither gives 5 and 5."""
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is None and hi is None:
+            lo = hi = 5
+        elif lo is None:
+            lo = hi
+        elif hi is None:
+            hi = lo
+        k = 5 if self.num_speculative_tokens is None else self.num_speculative_tokens
+        for name, value in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi),
+                            ("num_speculative_tokens", k)):
+            value = _check_int(name, value)
+            if not 1 <= value <= _INT32_MAX:
+                raise ValueError(f"{name} must be an integer >= 1, got {value}")
+            object.__setattr__(self, name, value)
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(f"prompt_lookup_min={self.prompt_lookup_min} must be <= "
+                             f"prompt_lookup_max={self.prompt_lookup_max}")
+        defaults = NgramConfig.__dataclass_fields__
+        changed = [n for n in _SGLANG_ONLY if getattr(self, n) != defaults[n].default]
+        if changed:
+            raise ValueError(f"{', '.join(changed)}: options of SGLang's profiles, not of "
+                             f"{VLLM_PROFILE!r} (its options: prompt_lookup_min, "
+                             "prompt_lookup_max, num_speculative_tokens)")
+        slots = self.num_speculative_tokens + 1
+        if self.draft_token_num is None:
+            object.__setattr__(self, "draft_token_num", slots)
+        elif _check_int("draft_token_num", self.draft_token_num) != slots:
+            raise ValueError(f"draft_token_num is num_speculative_tokens + 1 = {slots} in "
+                             f"profile {VLLM_PROFILE!r}, got {self.draft_token_num}; set "
+                             "num_speculative_tokens")
+
     def _check_beyond_sglang(self) -> None:
-        for name in ("index_prompt", "exact_counts", "local_index", "calibrated_estimates"):
+        for name in ("index_prompt", "exact_counts", "local_index", "calibrated_estimates",
+                     "chain"):
             if not isinstance(getattr(self, name), (bool, _np_bool_types())):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
             object.__setattr__(self, name, bool(getattr(self, name)))
@@ -361,9 +433,21 @@ class NgramConfig:
 
     @property
     def sglang_exact(self) -> bool:
-        """True when no option beyond SGLang is on: the drafts are SGLang's, bit for bit."""
-        return self.match_type != "ADAPTIVE" and not any(
+        """True when no option beyond SGLang is on: the drafts are SGLang's, bit for bit
+        (False for profile ``vllm-0.33``, whose drafts are vLLM's: see :attr:`vllm`)."""
+        return self.match_type != "ADAPTIVE" and not self.vllm and not any(
             getattr(self, n) for n in BEYOND_SGLANG)
+
+    @property
+    def vllm(self) -> bool:
+        """Profile ``vllm-0.33``: vLLM's n-gram proposer (a chain per request, no trie)."""
+        return self.profile == VLLM_PROFILE
+
+    @property
+    def chains(self) -> bool:
+        """The drafts are chains (one token per depth), as vLLM verifies them: profile
+        ``vllm-0.33``, or ``chain=True``."""
+        return self.vllm or self.chain
 
     @classmethod
     def recommended(cls, **overrides: Any) -> "NgramConfig":
@@ -402,6 +486,10 @@ class NgramConfig:
     @property
     def trie_depth(self) -> int:
         """Longest path stored in the trie: ``max_trie_depth`` or (0.5.9) ``branch_length``."""
+        if self.vllm:
+            raise ValueError(f"profile {VLLM_PROFILE!r} has no trie: vLLM's n-gram proposer "
+                             "looks each request's own tokens up (simulate it; a cache or "
+                             "Drafter needs an SGLang profile)")
         depth = self.max_trie_depth if self.profile == "sglang-0.5.23" else self.branch_length
         assert depth is not None
         return depth
@@ -432,6 +520,8 @@ class NgramConfig:
 
     def replace(self, **changes: Any) -> "NgramConfig":
         """A copy with some fields changed, validated again."""
+        if self.vllm and "draft_token_num" not in changes:
+            changes["draft_token_num"] = None  # follows num_speculative_tokens
         return dataclasses.replace(self, **changes)
 
     @classmethod

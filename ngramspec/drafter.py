@@ -356,6 +356,8 @@ class Drafter:
             size = int(store.size[slots[0]])
             flat = store.buf[slots[0], max(0, size - length):size]
             drafts = self.cache._match_one(flat, keys[0], size)
+            if cfg.chain:  # a verifier of chains is sent one path per request
+                drafts = drafts.chains()
             offsets = self._offsets1.get(flat.size)
             if offsets is None:
                 offsets = self._offsets1[flat.size] = np.array([0, flat.size], np.int64)
@@ -375,6 +377,8 @@ class Drafter:
             drafts = self.cache._match_packed(flat, offsets, keys, lens)
         else:
             drafts = self.cache.match([flat[offsets[i]:offsets[i + 1]] for i in range(b)])
+        if cfg.chain:  # a verifier of chains is sent one path per request
+            drafts = drafts.chains()
         self._pend(keys, slot_arr, drafts, flat, offsets)
         return drafts
 

@@ -296,27 +296,47 @@ class DraftBatch:
         """Per request, the slots of one root-to-leaf path (root excluded), for verifiers that
         only take a linear draft.
 
-        The path descends, at each slot, into the child with the most drafted descendants:
+        With path probabilities (ADAPTIVE), the path with the most expected accepted tokens
+        under chain verification: the largest sum of its slots' probabilities (each the
+        probability that the target follows the path that far).  Without (BFS, PROB), the
+        path that descends, at each slot, into the child with the most drafted descendants:
         the branch the drafter spent most of its budget on (BFS keeps expanding the branches
-        that longer and more recent matches continue; PROB the most probable ones).  Ties go
-        to the lower slot, the first in SGLang's layout.  Padding is never on the path.
+        that longer and more recent matches continue; PROB the most probable ones).  At each
+        slot ties go to the lower child slot, the first in SGLang's layout.  Padding is never
+        on the path.
         """
+        b, n = self.tokens.shape
         par = self.parents
-        out = []
-        for b in range(self.batch_size):
-            k = int(self.num_drafts[b])
-            size = np.ones(k + 1, np.int64)
-            for i in range(k, 0, -1):  # children come after parents
-                size[par[b, i]] += size[i]
-            path, cur = [], 0
-            while True:
-                kids = [i for i in range(1, k + 1) if par[b, i] == cur]
-                if not kids:
-                    break
-                cur = max(kids, key=lambda i: (size[i], -i))
-                path.append(cur)
-            out.append(np.asarray(path, dtype=np.int32))
-        return out
+        real = np.arange(n)[None, :] <= self.num_drafts[:, None]
+        # score[b, i]: the best path value of slot i's subtree; children come after parents,
+        # so one backward pass over the slots settles every subtree.
+        own = np.where(real, 1.0 if self.probs is None else self.probs, 0.0).astype(np.float64)
+        score = own.copy()
+        best_kid = np.zeros((b, n), np.float64)
+        rows = np.arange(b)
+        for i in range(n - 1, 0, -1):
+            p = np.maximum(par[:, i], 0)
+            ok = real[:, i]
+            if self.probs is None:  # subtree sizes
+                np.add.at(score, (rows[ok], p[ok]), score[ok, i])
+            else:
+                score[ok, i] += best_kid[ok, i]
+                np.maximum.at(best_kid, (rows[ok], p[ok]), score[ok, i])
+        paths: list[list[int]] = [[] for _ in range(b)]
+        cur = np.zeros(b, np.int64)
+        live = np.ones(b, bool)
+        kid_of = (par[:, None, :] == np.arange(n)[None, :, None]) & real[:, None, :]
+        kid_of[:, :, 0] = False
+        for _ in range(n - 1):
+            cand = kid_of[rows, cur] & live[:, None]
+            live = cand.any(axis=1)
+            if not live.any():
+                break
+            nxt = np.argmax(np.where(cand, score, -np.inf), axis=1)  # first maximum
+            for r in np.flatnonzero(live):
+                paths[r].append(int(nxt[r]))
+            cur = np.where(live, nxt, cur)
+        return [np.asarray(p, dtype=np.int32) for p in paths]
 
     def chain(self) -> list[np.ndarray]:
         """Per request, the draft tokens along :meth:`chain_slots` (int32, root excluded).
@@ -332,6 +352,43 @@ class DraftBatch:
         [[3, 7]]
         """
         return [self.tokens[b, s] for b, s in enumerate(self.chain_slots())]
+
+    def chains(self) -> "DraftBatch":
+        """These drafts cut to one chain per request (:meth:`chain_slots`), in the same layout:
+        slot 0 the root, slots ``1 .. num_drafts`` the chain (each the child of the one
+        before), the rest padding; probabilities kept along the chain.  What a verifier of
+        chains (vLLM's) is sent, and what ``NgramConfig(chain=True)`` proposes.
+
+        Examples
+        --------
+        >>> import numpy as np, ngramspec as ns
+        >>> d = ns.DraftBatch(np.array([[2, 4, 3, 7, 0]], dtype=np.int32),
+        ...                   np.array([[[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0],
+        ...                              [1, 0, 1, 1, 0], [1, 0, 0, 0, 1]]], dtype=bool),
+        ...                   np.array([3], dtype=np.int32))
+        >>> c = d.chains()
+        >>> c.tokens.tolist(), c.num_drafts.tolist(), c.parents.tolist()
+        ([[2, 3, 7, 0, 0]], [2], [[-1, 0, 1, 0, 0]])
+        """
+        b, n = self.tokens.shape
+        slots = self.chain_slots()
+        tokens = np.zeros((b, n), np.int32)
+        tokens[:, 0] = self.tokens[:, 0]
+        eye = np.eye(n, dtype=bool)
+        mask = np.broadcast_to(eye, (b, n, n)).copy()
+        mask[:, :, 0] = True
+        num = np.zeros(b, np.int32)
+        probs = None if self.probs is None else np.zeros((b, n), np.float64)
+        low = np.tri(n, n, 0, dtype=bool)
+        for r, s in enumerate(slots):
+            m = s.size
+            num[r] = m
+            tokens[r, 1:m + 1] = self.tokens[r, s]
+            mask[r, :m + 1, :m + 1] = low[:m + 1, :m + 1]
+            if probs is not None:
+                probs[r, 0] = self.probs[r, 0]
+                probs[r, 1:m + 1] = self.probs[r, s]
+        return DraftBatch._trusted(tokens, mask, num, probs)
 
     @cached_property
     def retrieve_index(self) -> np.ndarray:
