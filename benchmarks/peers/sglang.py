@@ -178,15 +178,20 @@ def compile_library(lib: Path, sources: list[Path], what: str) -> Path:
     return lib
 
 
-def extract_from_wheel(version: str, dest: Callable[[str], Path | None]) -> None:
-    """Download SGLang ``version``'s wheel (without its dependencies) and write each member
-    ``name`` for which ``dest(name)`` gives a path, there."""
+def extract_from_wheel(version: str, dest: Callable[[str], Path | None], *,
+                       package: str = "sglang") -> None:
+    """Download ``package`` ``version``'s wheel (without its dependencies; SGLang's unless
+    ``package`` names another) and write each member ``name`` for which ``dest(name)`` gives a
+    path, there."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-               f"sglang=={version}", "-d", tmp]
+               f"{package}=={version}", "-d", tmp]
         if subprocess.run(cmd, capture_output=True).returncode != 0:
-            raise PeerUnavailable(f"pip could not download sglang=={version}")
-        wheel = next(Path(tmp).glob("sglang-*.whl"))
+            raise PeerUnavailable(f"pip could not download {package}=={version}")
+        wheel = next(Path(tmp).glob(f"{package}-*.whl"), None)
+        if wheel is None:
+            raise PeerUnavailable(f"pip gave no wheel of {package}=={version} (a source "
+                                  "archive only?)")
         with zipfile.ZipFile(wheel) as z:
             for name in z.namelist():
                 path = dest(name)
