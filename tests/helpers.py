@@ -229,3 +229,73 @@ def replay_with_drafter(cfg: ns.NgramConfig, rows: list[dict], concurrency: int,
     if check:
         drafter.cache.check_integrity()
     return steps, drafts_log
+
+
+# --- vLLM's n-gram proposer (profile vllm-0.33) ---------------------------------------------
+
+#: Token ids the lookup tests draw from: a few values (n-grams repeat), int32's largest among them.
+LOOKUP_IDS = st.lists(st.sampled_from([0, 1, 2, 3, 7, 151_935, 2**31 - 1]), min_size=1,
+                      max_size=4, unique=True)
+
+
+@st.composite
+def lookup_cases(draw, max_len: int = 40):
+    """``(context, min_n, max_n, k)`` as vLLM takes them: ``1 <= min_n <= max_n``, ``k >= 1``,
+    the context over 1 to 4 distinct ids (any length from 0, shorter than ``min_n`` too)."""
+    ids = draw(LOOKUP_IDS)
+    context = draw(st.lists(st.sampled_from(ids), max_size=max_len))
+    min_n = draw(st.integers(1, 6))
+    max_n = draw(st.integers(min_n, min_n + draw(st.sampled_from([0, 1, 3, 8]))))
+    return context, min_n, max_n, draw(st.integers(1, 9))
+
+
+@st.composite
+def lookup_streams(draw, max_requests: int = 6):
+    """Recorded streams for vLLM's proposer: 1..``max_requests`` requests over a few ids, the
+    outputs at least 2 tokens long in one request (a verify step to simulate)."""
+    ids = draw(LOOKUP_IDS)
+    tok = st.sampled_from(ids)
+    n = draw(st.integers(1, max_requests))
+    rows = [{"id": f"r{i}", "prompt_ids": draw(st.lists(tok, min_size=1, max_size=30)),
+             "output_ids": draw(st.lists(tok, min_size=1, max_size=40))} for i in range(n)]
+    if all(len(r["output_ids"]) < 2 for r in rows):
+        rows[0]["output_ids"] = rows[0]["output_ids"] + draw(st.lists(tok, min_size=1,
+                                                                      max_size=8))
+    return rows
+
+
+#: ``(min_n, max_n, k)``: vLLM's default (5, 5, 5), min = max, k = 1, wide ranges.
+LOOKUP_SETTINGS = [(5, 5, 5), (1, 1, 1), (1, 3, 4), (2, 5, 8), (3, 3, 2), (1, 8, 3)]
+
+
+def compiled_lookup(context, *, min_n: int, max_n: int, k: int) -> np.ndarray:
+    """``ngramspec.engine.lookup``'s draft for ``context`` (int32), as ``prompt_lookup`` gives it."""
+    from ngramspec.engine.lookup import lookup_draft
+
+    out = np.zeros(k, np.int32)
+    return out[:lookup_draft(np.asarray(context, dtype=np.int32), min_n, max_n, k, out)]
+
+
+def chain_replay(propose, rows: list[dict]) -> tuple[list[list[int]], list[list[int]]]:
+    """``(emitted, drafts)`` per request, by hand: the prefill emits the first output token;
+    then at each step ``propose(context)`` (prompt + output so far) gives a chain, greedy
+    verification accepts its longest prefix equal to the recorded next tokens and adds the
+    bonus token, the step's emitted tokens cut where the recording ends."""
+    emitted, drafts = [], []
+    for row in rows:
+        prompt, output = list(row["prompt_ids"]), list(row["output_ids"])
+        seq = np.asarray(prompt + output, dtype=np.int32)
+        done, em, dr = 1, [], []
+        while done < len(output):
+            draft = [int(t) for t in propose(seq[:len(prompt) + done])]
+            accepted = 0
+            while accepted < len(draft) and done + accepted < len(output) \
+                    and draft[accepted] == output[done + accepted]:
+                accepted += 1
+            step = min(accepted + 1, len(output) - done)
+            em.append(step)
+            dr.append(len(draft))
+            done += step
+        emitted.append(em)
+        drafts.append(dr)
+    return emitted, drafts
