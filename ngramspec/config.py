@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from . import config_sglang, config_toml
+from . import config_sglang, config_toml, config_vllm
 
 __all__ = ["NgramConfig", "MATCH_TYPES", "MATCH_MODES", "MatchMode", "PROFILES", "PRESETS"]
 
@@ -84,8 +84,7 @@ _PROFILE_FIELDS: dict[str, dict[str, int]] = {
     "sglang-0.5.23": {"max_trie_depth": 18},
     "sglang-0.5.9": {"branch_length": 18, "min_match_window_size": 1,
                      "max_match_window_size": 12},
-    # vLLM has no default for num_speculative_tokens (it must be given); 5 is the value of
-    # vLLM's documented n-gram example.  The lookup sizes default as vLLM resolves them.
+    # Resolved as vLLM resolves them (config_vllm.resolve).
     VLLM_PROFILE: {"prompt_lookup_min": 5, "prompt_lookup_max": 5, "num_speculative_tokens": 5},
 }
 # SGLang-only settings a vllm-0.33 configuration must leave at their defaults.
@@ -203,10 +202,8 @@ class NgramConfig:
         Cap on the tokens (separators included) of all loaded corpora together (default
         10,000,000); at least 1.
     chain : bool
-        Send one chain per request, not a tree: the root-to-leaf path of the drafted tree
-        with the most expected accepted tokens (ADAPTIVE: the largest sum of path
-        probabilities; BFS/PROB: the branch with the most drafted nodes), as
-        :meth:`~ngramspec.DraftBatch.chains` cuts it.  For engines that verify chains only
+        Send one chain per request, not a tree (:meth:`~ngramspec.DraftBatch.chains`: the
+        path with the most expected accepted tokens), for engines that verify chains only
         (vLLM; ``--engine vllm``).
     branch_length : int, optional
         ``sglang-0.5.9`` only (default 18).  Longest path stored in the trie (renamed
@@ -218,13 +215,11 @@ class NgramConfig:
         suffixes of ``min_match_window_size`` tokens or fewer.
         ``0 < min_match_window_size <= max_match_window_size < branch_length``.
     prompt_lookup_min, prompt_lookup_max : int, optional
-        ``vllm-0.33`` only: the lengths of the context suffix vLLM's n-gram proposer looks up
-        earlier in the same request (the longest found wins; its earliest occurrence).  As
-        vLLM resolves them: neither given, 5 and 5; one given, the other equals it.
-        ``1 <= prompt_lookup_min <= prompt_lookup_max``.
+        ``vllm-0.33`` only: suffix lengths vLLM's n-gram proposer looks up in the request's
+        own tokens (:mod:`ngramspec.reference.lookup`); neither given, 5 and 5; one given,
+        the other equals it (vLLM's resolution).
     num_speculative_tokens : int, optional
-        ``vllm-0.33`` only: tokens drafted per step (the chain's length at most; fewer where
-        the occurrence is near the end of the context).  vLLM requires it; default 5 here.
+        ``vllm-0.33`` only: the chain's length at most (vLLM requires it; default 5 here).
         ``draft_token_num`` is ``num_speculative_tokens + 1`` (the root, as in SGLang).
 
     Examples
@@ -279,7 +274,7 @@ class NgramConfig:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
         own = _PROFILE_FIELDS[self.profile]
         if self.profile == VLLM_PROFILE:
-            self._resolve_vllm()
+            config_vllm.resolve(self, _check_int, _SGLANG_ONLY)
         for other, fields in _PROFILE_FIELDS.items():
             for name in fields:
                 if name not in own and getattr(self, name) is not None:
@@ -336,40 +331,6 @@ class NgramConfig:
                 raise ValueError(f"{name} must fit in int32 (<= {_INT32_MAX}), "
                                  f"got {getattr(self, name)}")
         self._check_corpora()
-
-    def _resolve_vllm(self) -> None:
-        """vLLM's own resolution and checks of its n-gram settings (``SpeculativeConfig``): one
-        lookup size given sets the other; neither gives 5 and 5."""
-        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
-        if lo is None and hi is None:
-            lo = hi = 5
-        elif lo is None:
-            lo = hi
-        elif hi is None:
-            hi = lo
-        k = 5 if self.num_speculative_tokens is None else self.num_speculative_tokens
-        for name, value in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi),
-                            ("num_speculative_tokens", k)):
-            value = _check_int(name, value)
-            if not 1 <= value <= _INT32_MAX:
-                raise ValueError(f"{name} must be an integer >= 1, got {value}")
-            object.__setattr__(self, name, value)
-        if self.prompt_lookup_min > self.prompt_lookup_max:
-            raise ValueError(f"prompt_lookup_min={self.prompt_lookup_min} must be <= "
-                             f"prompt_lookup_max={self.prompt_lookup_max}")
-        defaults = NgramConfig.__dataclass_fields__
-        changed = [n for n in _SGLANG_ONLY if getattr(self, n) != defaults[n].default]
-        if changed:
-            raise ValueError(f"{', '.join(changed)}: options of SGLang's profiles, not of "
-                             f"{VLLM_PROFILE!r} (its options: prompt_lookup_min, "
-                             "prompt_lookup_max, num_speculative_tokens)")
-        slots = self.num_speculative_tokens + 1
-        if self.draft_token_num is None:
-            object.__setattr__(self, "draft_token_num", slots)
-        elif _check_int("draft_token_num", self.draft_token_num) != slots:
-            raise ValueError(f"draft_token_num is num_speculative_tokens + 1 = {slots} in "
-                             f"profile {VLLM_PROFILE!r}, got {self.draft_token_num}; set "
-                             "num_speculative_tokens")
 
     def _check_beyond_sglang(self) -> None:
         for name in ("index_prompt", "exact_counts", "local_index", "calibrated_estimates",
@@ -445,8 +406,7 @@ class NgramConfig:
 
     @property
     def chains(self) -> bool:
-        """The drafts are chains (one token per depth), as vLLM verifies them: profile
-        ``vllm-0.33``, or ``chain=True``."""
+        """The drafts are chains, as vLLM verifies them (``vllm-0.33`` or ``chain=True``)."""
         return self.vllm or self.chain
 
     @classmethod
@@ -487,9 +447,8 @@ class NgramConfig:
     def trie_depth(self) -> int:
         """Longest path stored in the trie: ``max_trie_depth`` or (0.5.9) ``branch_length``."""
         if self.vllm:
-            raise ValueError(f"profile {VLLM_PROFILE!r} has no trie: vLLM's n-gram proposer "
-                             "looks each request's own tokens up (simulate it; a cache or "
-                             "Drafter needs an SGLang profile)")
+            raise ValueError(f"profile {VLLM_PROFILE!r} (vLLM's n-gram proposer) has no trie: "
+                             "simulate it; a cache or Drafter needs an SGLang profile")
         depth = self.max_trie_depth if self.profile == "sglang-0.5.23" else self.branch_length
         assert depth is not None
         return depth

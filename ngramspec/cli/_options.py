@@ -147,8 +147,10 @@ def add_engine(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     p.add_argument("--engine", choices=ENGINE_NAMES, default="custom",
                    help="the engine you deploy, priced by its rule: custom (a loop of your "
                         "own: real ADAPTIVE trees, a plain decode where nothing is drafted; "
-                        "the default) or sglang (SGLang's NGRAM worker: draft_token_num slots "
-                        "per request at every step, its drafter's calls timed)")
+                        "the default), sglang (SGLang's NGRAM worker: draft_token_num slots "
+                        "per request at every step, its drafter's calls timed) or vllm (vLLM: "
+                        "chains only, each request its own draft + 1 tokens, no padding; "
+                        "--profile vllm-0.33 or --chain true)")
 
 
 def add_progress(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -22,6 +22,17 @@ drafting time is added.  Each engine is one row of :data:`ENGINES`:
   per call).  A cost table whose verify rows were recorded on an NGRAM server already holds
   the drafter's time (``drafting_included``): nothing is added on top.
 
+- ``"vllm"``: vLLM 0.33's speculative decoding, which verifies chains only (profile
+  ``vllm-0.33``, vLLM's n-gram proposer, or ``chain=True``, ngramspec's drafter through
+  ``ngramspec.integrations.vllm.Proposer``).  A step's forward processes the tokens it
+  schedules, with no padding: each request its chain + 1, a request without a draft one (a
+  plain decode row).  Of ``T`` tokens over ``b`` requests the step costs ``t(b, T / b)``:
+  the table's batch row at the mean tokens per request, linear between the measured token
+  counts (a forward's cost follows its total tokens: ``b`` rows of ``T / b``).  Drafting:
+  vLLM's n-gram, the compiled replay's time of its lookup (ngramspec's twin of vLLM's
+  compiled function, :attr:`~ngramspec.SimulationResult.draft_ms_per_step`); ngramspec's
+  chains, the step API timed on your streams (the proposer runs on it).
+
 The baseline (no speculation) is the same for every engine: one decode token per request
 per step, ``t(b, 1)``.
 """
@@ -33,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Engine", "ENGINES", "ENGINE_NAMES", "engine_of", "step_tokens", "drafting_ms"]
+__all__ = ["Engine", "ENGINES", "ENGINE_NAMES", "engine_of", "check_engine_config", "step_tokens",
+           "drafting_ms"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +55,16 @@ class Engine:
     Attributes
     ----------
     name : str
-        ``"custom"`` or ``"sglang"`` (the ``engine=`` value and the ``--engine`` flag).
+        ``"custom"``, ``"sglang"`` or ``"vllm"`` (the ``engine=`` value and the ``--engine``
+        flag).
     fixed_width : bool
         Every request sends ``draft_token_num`` slots at every step (no plain decode while
         speculation is on); else ADAPTIVE's real trees set the width.
+    mean_width : bool
+        The forward processes each request's own tokens (its drafts + 1, no padding): a step
+        is priced at the mean tokens per request (vLLM); else at the widest request.
+    chains_only : bool
+        The engine verifies chains only: configurations drafting trees are refused.
     drafting : str
         The :class:`~ngramspec.SimulationResult` attribute holding the drafting time per
         step this engine pays (the compiled replay's own time where it is None).
@@ -61,6 +79,8 @@ class Engine:
     drafting: str
     drafting_words: str
     words: str
+    mean_width: bool = False
+    chains_only: bool = False
 
 
 ENGINES: dict[str, Engine] = {
@@ -69,6 +89,11 @@ ENGINES: dict[str, Engine] = {
     "sglang": Engine("sglang", True, "sglang_ms_per_step",
                      "SGLang's worker calls on the drop-in NgramCorpus, timed",
                      "SGLang's NGRAM worker (draft_token_num slots per request, every step)"),
+    "vllm": Engine("vllm", False, "vllm_ms_per_step",
+                   "vLLM's n-gram: the compiled lookup's time; ngramspec's chains: the step "
+                   "API, timed",
+                   "vLLM (chains; each request's own tokens, no padding)", mean_width=True,
+                   chains_only=True),
 }
 
 #: The names ``engine=`` and ``--engine`` take.
@@ -82,10 +107,10 @@ def engine_of(engine: Any) -> Engine:
     --------
     >>> engine_of("sglang").fixed_width
     True
-    >>> engine_of("vllm")
+    >>> engine_of("trt")
     Traceback (most recent call last):
     ...
-    ValueError: engine must be one of custom, sglang, got 'vllm'
+    ValueError: engine must be one of custom, sglang, vllm, got 'trt'
     """
     if isinstance(engine, Engine):
         return engine
@@ -94,9 +119,33 @@ def engine_of(engine: Any) -> Engine:
     raise ValueError(f"engine must be one of {', '.join(ENGINE_NAMES)}, got {engine!r}")
 
 
+def check_engine_config(engine: Engine, config: Any) -> None:
+    """Refuse a configuration the engine cannot serve, in one line naming the way out:
+    trees on vLLM (it verifies chains only), vLLM's own proposer on SGLang's worker.
+
+    Examples
+    --------
+    >>> from ngramspec import NgramConfig
+    >>> check_engine_config(ENGINES["vllm"], NgramConfig(profile="vllm-0.33"))
+    >>> check_engine_config(ENGINES["vllm"], NgramConfig())
+    Traceback (most recent call last):
+    ...
+    ValueError: engine 'vllm' verifies chains only, and this configuration drafts trees: ...
+    """
+    if engine.chains_only and not config.chains:
+        raise ValueError(f"engine {engine.name!r} verifies chains only, and this configuration "
+                         "drafts trees: use profile 'vllm-0.33' (vLLM's n-gram proposer) or "
+                         "chain=True (--chain true; ngramspec's drafter through "
+                         "ngramspec.integrations.vllm.Proposer)")
+    if engine.fixed_width and config.vllm:
+        raise ValueError(f"profile {config.profile!r} is vLLM's proposer, which SGLang's worker "
+                         "does not run: price it with engine 'vllm' (--engine vllm)")
+
+
 def step_tokens(engine: Engine, *, draft_token_num: int, padded: bool, steps: int,
                 step_of: np.ndarray, sent: np.ndarray) -> np.ndarray:
-    """``n_s`` of every step: query tokens per request in its forward.
+    """``n_s`` of every step: query tokens per request in its forward (float64 for an engine
+    priced at the mean, ``mean_width``; int64 otherwise).
 
     Parameters
     ----------
@@ -119,7 +168,16 @@ def step_tokens(engine: Engine, *, draft_token_num: int, padded: bool, steps: in
     >>> step_tokens(ENGINES["sglang"], draft_token_num=8, padded=False, steps=3,
     ...             step_of=step_of, sent=sent).tolist()
     [8, 8, 8]
+    >>> step_tokens(ENGINES["vllm"], draft_token_num=8, padded=False, steps=3,
+    ...             step_of=step_of, sent=sent).tolist()
+    [2.0, 1.0, 1.0]
     """
+    if engine.mean_width:
+        total = np.zeros(steps, np.float64)
+        rows = np.zeros(steps, np.float64)
+        np.add.at(total, step_of, sent)
+        np.add.at(rows, step_of, 1.0)
+        return np.where(rows > 0, total / np.maximum(rows, 1.0), 1.0)
     if engine.fixed_width or padded:
         return np.full(steps, draft_token_num, np.int64)
     tokens = np.ones(steps, np.int64)

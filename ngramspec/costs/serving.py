@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .engines import Engine, drafting_ms, engine_of, step_tokens
+from .engines import Engine, check_engine_config, drafting_ms, engine_of, step_tokens
 from .model import CostModel
 from .table import Cost, CostTable
 
@@ -134,13 +134,14 @@ def schedule(result: Any, *, concurrency: int | None = None,
     ([2, 3, 3], [4, 4, 4])
     """
     rule = engine_of(engine)
+    cfg = result.config
+    check_engine_config(rule, cfg)
     c = result.concurrency if concurrency is None else concurrency
     if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
         raise ValueError(f"concurrency must be an int >= 1, got {c!r}")
     steps = np.array([e.size for e in result.emitted], np.int64)
     start = _starts(steps, int(c))
     batch = _occupancy(start, steps)
-    cfg = result.config
     # Per request-step: the run's step it falls in, and its real drafts + the root.
     step_of = np.repeat(start, steps) + (np.arange(int(steps.sum()))
                                          - np.repeat(np.cumsum(steps) - steps, steps))
@@ -243,7 +244,7 @@ def _table_for(cost: Any, sched: Schedule) -> "CostTable":
     if isinstance(cost, CostModel):
         mb = max(int(sched.batch.max(initial=1)), int(sched.baseline_batch.max(initial=1)))
         return CostTable.from_model(cost, max_batch=mb,
-                                    max_tokens=int(sched.tokens.max(initial=1)))
+                                    max_tokens=int(math.ceil(sched.tokens.max(initial=1))))
     raise TypeError(f"cost must be a CostTable or a CostModel, got {type(cost).__name__}")
 
 

@@ -317,7 +317,7 @@ class CostTable:
             if axis.size == 1:
                 bad = x != axis[0]
             if bad.any():
-                v = int(x[np.argmax(bad)])
+                v = f"{x[np.argmax(bad)]:g}"
                 span = f"{axis[0]}..{axis[-1]}" if axis.size > 1 else f"{axis[0]} only"
                 raise CostTableError(
                     f"{self.source} has no point for {name}={v} (measured {name} {span}); "
@@ -329,8 +329,12 @@ class CostTable:
         return i, w
 
     def ms_array(self, batch: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """Vectorised :meth:`ms` (float64 array of the broadcast shape)."""
-        b, n = np.broadcast_arrays(np.asarray(batch, np.int64), np.asarray(tokens, np.int64))
+        """Vectorised :meth:`ms` (float64 array of the broadcast shape).  ``tokens`` may be
+        fractional (a mean per request, as vLLM's steps are priced): linear between the
+        measured token counts, like any value between grid points."""
+        tokens = np.asarray(tokens)
+        tokens = tokens.astype(np.int64 if tokens.dtype.kind in "iub" else np.float64)
+        b, n = np.broadcast_arrays(np.asarray(batch, np.int64), tokens)
         if b.size and (b.min() < 1 or n.min() < 1):
             raise CostTableError("batch and tokens must be >= 1")
         i, wb = self._axis(self.batches, b, "batch")
@@ -343,7 +347,7 @@ class CostTable:
         if out.size and not (out > 0).all():
             k = int(np.argmin(out))
             raise CostTableError(f"{self.source}: extrapolating to batch={int(b.flat[k])}, "
-                                 f"tokens={int(n.flat[k])} gives {out.flat[k]:.4g} ms (not > 0); "
+                                 f"tokens={n.flat[k]:g} gives {out.flat[k]:.4g} ms (not > 0); "
                                  "measure that point")
         return out
 

@@ -233,6 +233,18 @@ class SimulationResult:
         return 1e3 * self.sglang_seconds / self.sglang_steps
 
     @property
+    def vllm_ms_per_step(self) -> float | None:
+        """What vLLM pays per serving-loop iteration for drafting, ms: for profile
+        ``vllm-0.33`` the compiled replay's time of vLLM's lookup (:attr:`draft_ms_per_step`:
+        ngramspec's twin of vLLM's compiled function, the same scan of each context); for
+        ngramspec's chains (``chain=True``), the step API (:attr:`step_api_ms_per_step`),
+        which ``ngramspec.integrations.vllm.Proposer`` runs.  What
+        :func:`~ngramspec.costs.predict_serving` adds to each step with ``engine="vllm"``."""
+        if self.config.vllm:
+            return self.draft_ms_per_step
+        return self.step_api_ms_per_step
+
+    @property
     def sglang_timed(self) -> bool:
         """Whether :attr:`sglang_ms_per_step` has been measured (it is, when first read)."""
         return self.sglang_seconds is not None

@@ -121,7 +121,14 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     concurrency = min(int(concurrency), len(rows))
     ids = [r["id"] for r in rows]
     by_source = None
-    if backend == "numba":
+    if config.vllm:
+        if corpora:
+            raise ValueError(f"corpora: profile {config.profile!r} (vLLM's n-gram proposer) "
+                             "drafts from each request's own tokens only")
+        emitted, drafts, cpu, wall = _replay_lookup(prompts, outputs, config, backend,
+                                                    progress)
+        batch_steps = _loop_steps(emitted, concurrency)
+    elif backend == "numba" and not config.chain:
         from ..engine.replay import replay  # imports numba: only when simulating
 
         names, automata = _automata(config, corpora)
@@ -131,7 +138,7 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
                                                    out.batch_steps, out.wall_seconds)
         if out.accepted_by_source is not None:
             by_source = dict(zip(names, out.accepted_by_source.T.copy()))
-    else:
+    else:  # the readable loop; chains (vLLM's verification) run through it on either backend
         found: dict[str, np.ndarray] = {}
         emitted, drafts, cpu, batch_steps, wall = _replay_stepwise(
             prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs,
@@ -139,7 +146,8 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         by_source = found or None
     # Timed when first asked for (a prediction): compiling the step API's kernels is for the
     # runs that predict, not for every simulation.
-    pending = (prompts, outputs, costs, int(step_api_steps)) if step_api_steps else None
+    pending = (prompts, outputs, costs, int(step_api_steps)) \
+        if step_api_steps and not config.vllm else None  # vLLM's proposer has no step API
     return SimulationResult(
         config=config, concurrency=concurrency, backend=backend, ids=ids,
         metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
@@ -147,6 +155,50 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         output_lens=np.asarray([o.size for o in outputs], np.int64),
         emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
         batch_steps=batch_steps, accepted_by_source=by_source, _step_api=pending)
+
+
+def _replay_lookup(prompts, outputs, config: NgramConfig, backend: str,
+                   progress: ProgressFn | None):
+    """Every request under vLLM's n-gram proposer and greedy chain verification:
+    ``(emitted, drafts, cpu_seconds, wall_seconds)``; compiled, or (``"reference"``) the
+    readable definition step by step."""
+    lo, hi, k = (config.prompt_lookup_min, config.prompt_lookup_max,
+                 config.num_speculative_tokens)
+    if backend == "numba":
+        from ..engine.lookup import replay_lookup  # imports numba: only when simulating
+
+        return replay_lookup(prompts, outputs, min_n=lo, max_n=hi, k=k, progress=progress)
+    from ..reference.lookup import prompt_lookup, verify_chain
+
+    import time
+
+    w0, c0 = time.perf_counter(), time.thread_time()
+    emitted, drafts = [], []
+    total, seen = sum(o.size for o in outputs), 0
+    for p, o in zip(prompts, outputs):
+        seq = np.concatenate([p, o])
+        done, em, dr = 1, [], []
+        while done < o.size:
+            draft = prompt_lookup(seq[:p.size + done], min_n=lo, max_n=hi, k=k)
+            e = min(verify_chain(draft, o[done:]), o.size - done)
+            em.append(e)
+            dr.append(draft.size)
+            done += e
+        emitted.append(np.asarray(em, np.int32))
+        drafts.append(np.asarray(dr, np.int32))
+        seen += o.size
+        if progress is not None:
+            progress(seen, total)
+    return emitted, drafts, time.thread_time() - c0, time.perf_counter() - w0
+
+
+def _loop_steps(emitted: list[np.ndarray], concurrency: int) -> int:
+    """Serving-loop iterations of requests with these verify steps, admitted in order as
+    others finish (the admission rule of :func:`~ngramspec.simulate.admit`)."""
+    from ..costs.serving import _starts
+
+    steps = np.array([e.size for e in emitted], np.int64)
+    return int((_starts(steps, concurrency) + steps).max(initial=0))
 
 
 def _automata(config: NgramConfig, corpora: Mapping[str, Any] | None

@@ -126,6 +126,25 @@ def _recorded_argmax(drafts, rows: list[int], outputs, done: list[int]) -> np.nd
     return pred
 
 
+def _verify_chains(d, rows: list[int], outputs, done: list[int]
+                   ) -> list[tuple[int, np.ndarray]]:
+    """Greedy chain verification of each row's chain against the recording (padding is never
+    a draft here, unlike SGLang's trees): per row, the tokens emitted (accepted + bonus) and
+    the tokens to record (the accepted chain and a bonus; ``accept``'s ``max_tokens`` cuts
+    them where the recording ends, which may cut the bonus, so a stand-in 0 takes its place
+    there)."""
+    from ..reference.lookup import verify_chain
+
+    out = []
+    for b, r in enumerate(rows):
+        chain = d.tokens[b, 1:1 + int(d.num_drafts[b])]
+        rec = outputs[r][done[r]:]
+        e = verify_chain(chain, rec)
+        bonus = rec[e - 1] if e - 1 < rec.size else 0
+        out.append((e, np.append(chain[:e - 1], bonus).astype(np.int64)))
+    return out
+
+
 def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, backend: str,
                      ids: list[Hashable], progress: ProgressFn | None,
                      corpora: Mapping[str, Any] | None = None, costs: Any = None, *,
@@ -145,6 +164,7 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
     from ..drafter import Drafter
 
     drafter = Drafter(config=config, backend=backend, costs=costs)
+    chains = config.chain  # verified as vLLM verifies: the chain alone, no padding
     _check_corpora(corpora)
     for corpus_id, documents in (corpora or {}).items():
         drafter.cache.add_corpus(corpus_id, documents)
@@ -182,19 +202,29 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
         d = drafter.propose([ids[r] for r in running])
         cpu += time.thread_time() - c0
         t_step += clock() - w1
-        pred = _recorded_argmax(d, running, outputs, [out_len[r] for r in running])
         left = [outputs[r].size - out_len[r] for r in running]
-        w0, c0 = clock(), time.thread_time()
-        result = verify_greedy(d, pred)
-        drafter.accept(result, max_tokens=left)
-        cpu += time.thread_time() - c0
-        w1 = clock()
-        t_step += w1 - w0
+        if chains:
+            accepts = _verify_chains(d, running, outputs, out_len)
+            w0, c0 = clock(), time.thread_time()
+            drafter.accept({ids[r]: accepts[b][1] for b, r in enumerate(running)},
+                           max_tokens=left)
+            cpu += time.thread_time() - c0
+            t_step += clock() - w0
+            accept_lens = [a for a, _ in accepts]
+        else:
+            pred = _recorded_argmax(d, running, outputs, [out_len[r] for r in running])
+            w0, c0 = clock(), time.thread_time()
+            result = verify_greedy(d, pred)
+            drafter.accept(result, max_tokens=left)
+            cpu += time.thread_time() - c0
+            w1 = clock()
+            t_step += w1 - w0
+            accept_lens = result.accept_lens.tolist()
         parts = None
         if attribute and parts_of.active:
             parts = [(column[cid], t, m) for cid, (t, m) in parts_of.last_parts]
         for b, r in enumerate(running):
-            e = min(int(result.accept_lens[b]), left[b])
+            e = min(int(accept_lens[b]), left[b])
             if attribute and e > 1:
                 _attribute(counts[r], parts, b, outputs[r][out_len[r]:out_len[r] + e - 1])
             emitted[r].append(e)

@@ -94,7 +94,9 @@ def test_a_table_with_drafting_included_adds_none(streams):
 def test_bad_engine_and_mismatched_schedule_are_refused(streams):
     r = ns.simulate(streams[:5], config=ns.NgramConfig())
     model = CostModel(step_ms=STEP_MS, token_ms=TOKEN_MS)
-    with pytest.raises(ValueError, match="engine must be one of custom, sglang, got 'vllm'"):
+    with pytest.raises(ValueError, match="engine must be one of custom, sglang, vllm, got 'trt'"):
+        predict_serving(r, model, engine="trt")
+    with pytest.raises(ValueError, match="engine 'vllm' verifies chains only"):
         predict_serving(r, model, engine="vllm")
     with pytest.raises(ValueError, match="sched was computed for engine 'custom'"):
         predict_serving(r, model, engine="sglang", sched=schedule(r))
