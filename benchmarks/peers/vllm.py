@@ -137,10 +137,20 @@ def make_config(min_n: int, max_n: int, k: int, *, max_model_len: int, max_num_s
     ``create_custom_proposer`` read (``speculative_config.{prompt_lookup_min,
     prompt_lookup_max, num_speculative_tokens, model, method}``,
     ``model_config.max_model_len``, ``scheduler_config.max_num_seqs``,
-    ``parallel_config.tensor_parallel_size``); ``extra`` adds to ``speculative_config``."""
+    ``parallel_config.tensor_parallel_size``); ``extra`` adds to ``speculative_config``.
+
+    Without ``model``: ``method="ngram"``, ``model="ngram"``.  With ``model`` (a proposer
+    class's dotted path): ``method="custom_class"`` and, as vLLM 0.33's
+    ``SpeculativeConfig.__post_init__`` sets them for that method, ``prompt_lookup_min =
+    prompt_lookup_max = 0`` whatever ``min_n`` and ``max_n`` say (a custom proposer cannot
+    read its n-gram sizes there)."""
     ns = types.SimpleNamespace
-    spec = ns(prompt_lookup_min=min_n, prompt_lookup_max=max_n, num_speculative_tokens=k,
-              model=model, method="ngram" if model is None else "custom", **extra)
+    if model is None:
+        spec = ns(prompt_lookup_min=min_n, prompt_lookup_max=max_n, num_speculative_tokens=k,
+                  model="ngram", method="ngram", **extra)
+    else:
+        spec = ns(prompt_lookup_min=0, prompt_lookup_max=0, num_speculative_tokens=k,
+                  model=model, method="custom_class", **extra)
     return ns(speculative_config=spec, model_config=ns(max_model_len=max_model_len),
               scheduler_config=ns(max_num_seqs=max_num_seqs),
               parallel_config=ns(tensor_parallel_size=tensor_parallel_size))
