@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..config import MATCH_TYPES, PRESETS, PROFILES, NgramConfig, toml_options
-from ..costs import ENGINE_NAMES, CostModel, CostTable, parse_concurrency
+from ..costs import ENGINE_NAMES, ENGINES, CostModel, CostTable, parse_concurrency
+from ..costs.engines import check_engine_config
 from ..streams import embedded_streams_path, read_streams
 
 _STR_OPTIONS = {"match_type": MATCH_TYPES, "profile": PROFILES}
@@ -210,8 +211,11 @@ def cost_model(args: argparse.Namespace) -> Cost | None:
                          "--token-ms)") from None
 
 
-def check_engine(args: argparse.Namespace, cost: Cost | None) -> None:
-    """--engine prices steps: anything but the default needs a cost."""
+def check_engine(args: argparse.Namespace, cost: Cost | None, config: Any = None) -> None:
+    """--engine prices steps: anything but the default needs a cost, and a configuration the
+    engine can serve (vLLM verifies chains only)."""
+    if config is not None:
+        check_engine_config(ENGINES[args.engine], config)
     if args.engine != "custom" and cost is None:
         raise ValueError(f"--engine {args.engine} prices the steps as that engine runs them: "
                          "give a cost (--cost-table, or --step-ms and --token-ms, or "

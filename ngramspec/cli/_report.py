@@ -55,6 +55,10 @@ def pct(x: float) -> str:
 
 def config_line(cfg: NgramConfig) -> str:
     """Every set option; options beyond SGLang only where they differ from their default."""
+    if cfg.vllm:  # vLLM's proposer reads these alone
+        return (f"profile={cfg.profile} prompt_lookup_min={cfg.prompt_lookup_min} "
+                f"prompt_lookup_max={cfg.prompt_lookup_max} "
+                f"num_speculative_tokens={cfg.num_speculative_tokens}")
     beyond = set(getattr(config_module, "BEYOND_SGLANG", ()))
     defaults = {f.name: f.default for f in config_fields()}
     return " ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()
@@ -68,6 +72,13 @@ def _decoding_line(result: SimulationResult) -> str:
         if cfg.sglang_exact:
             return ("decoding: greedy (no sampling fields): the accept lengths are SGLang's, "
                     "exactly")
+        if cfg.vllm:
+            return ("decoding: greedy (no sampling fields): the accept lengths of vLLM 0.33's "
+                    "n-gram proposer under vLLM's greedy chain verification, exactly")
+        if cfg.chain:
+            return ("decoding: greedy (no sampling fields): the exact accept lengths of "
+                    "ngramspec's chains under greedy chain verification (vLLM serves them "
+                    "through ngramspec.integrations.vllm.Proposer)")
         return ("decoding: greedy (no sampling fields): the exact accept lengths of this "
                 "configuration, which goes beyond SGLang's options (SGLang's server runs it "
                 "only on ngramspec's drafter: ngramspec sglang-launch)")

@@ -71,7 +71,7 @@ NEXT_STEP = ("next: measure forward times (ngramspec calibrate MODEL_DIR --out c
 def run(args: argparse.Namespace, out: TextIO) -> int:
     config = make_config(base_options(args), config_options(args), args)
     cost = cost_model(args)
-    check_engine(args, cost)
+    check_engine(args, cost, config)
     if args.stream or args.shard_by is not None:
         return _run_streamed(args, config, cost, out)
     for flag, given in (("--executor", args.executor != "local"),

@@ -12,9 +12,11 @@ from typing import Any, TextIO
 
 from ..config import NgramConfig
 from ..config_toml import render_ranking
+from ..config_vllm import ENV_CONFIG, launch_line, speculative_config
 from ..costs import (ENGINES, CostModel, CostTable, ServingPrediction, parse_concurrency,
                      verdict)
 from ..costs import speed_up_text
+from ..costs.engines import check_engine_config
 from ..costs.uncertainty import RESAMPLES, Interval
 from ..sweep.budget import BUDGETS
 from ..sweep import (EXECUTORS, Job, ResultsFile, SweepPlan, expand_grid, make_executor,
@@ -61,10 +63,12 @@ def add_arguments(sw: argparse.ArgumentParser) -> None:
     sw.add_argument("--holdout-by", metavar="FIELD=VALUE[,VALUE]",
                     help="hold out the requests whose metadata FIELD is one of the VALUEs "
                          "(e.g. day=2025-06-02 or tenant=b,c); rank on the others")
-    sw.add_argument("--best-as", choices=["sglang", "toml"], default=None,
+    sw.add_argument("--best-as", choices=["sglang", "vllm", "toml"], default=None,
                     help="print the winner as SGLang server flags (needs --engine sglang; "
                          "settings beyond SGLang: a TOML file and the sglang-launch line that "
-                         "serves it) or as a TOML file for --config: the preset the sweep "
+                         "serves it), as vLLM's --speculative-config (needs --engine vllm; "
+                         "ngramspec's chains: with the TOML its proposer reads) "
+                         "or as a TOML file for --config: the preset the sweep "
                          "started from (preset = NAME), the fields that differ from it and "
                          "how it was ranked ([ranking])")
     sw.add_argument("--best-out", metavar="FILE",
@@ -100,6 +104,10 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
         check_plot(args.plot)
     cost = cost_model(args)
     check_engine(args, cost)
+    if best_as == "vllm" and args.engine != "vllm":
+        raise ValueError("--best-as vllm chooses the setting for vLLM: rank it as vLLM runs "
+                         "it, add --engine vllm (and a cost: --cost-table, or --step-ms and "
+                         "--token-ms)")
     if best_as == "sglang" and args.engine != "sglang":
         raise ValueError("--best-as sglang chooses the setting for SGLang's server: rank it as "
                          "SGLang runs it, add --engine sglang (and a cost: --cost-table, or "
@@ -245,11 +253,24 @@ def _grid(args: argparse.Namespace, base: dict[str, Any], best_as: str | None
     for options in grid:
         cfg = make_config(base, options, args)
         sizes.add(cfg.draft_token_num)
+        try:
+            check_engine_config(ENGINES[args.engine], cfg)
+        except ValueError as e:
+            raise ValueError(f"--engine {args.engine}: {e} (in the setting "
+                             f"{options_label(options, []) if options else 'given'})"
+                             ) from None
         if best_as == "sglang":
             try:
                 cfg.to_sglang_args(plugin=not cfg.sglang_exact)
             except ValueError as e:
                 raise ValueError(f"--best-as sglang: {e} (in the setting "
+                                 f"{options_label(options, []) if options else 'given'})"
+                                 ) from None
+        if best_as == "vllm":
+            try:
+                speculative_config(cfg)
+            except ValueError as e:
+                raise ValueError(f"--best-as vllm: {e} (in the setting "
                                  f"{options_label(options, []) if options else 'given'})"
                                  ) from None
     return grid, sizes, "; ".join(added)
@@ -284,6 +305,8 @@ def _write_best(args: argparse.Namespace, out: TextIO, best: dict, base: dict[st
         if args.best_as == "toml":  # asked to print it (--best-out alone only writes it)
             out.write(f"\nbest setting as TOML (save it and pass --config FILE, alone or "
                       f"with --preset {preset}):\n" + text)
+    elif best_as == "vllm":
+        text = _write_vllm(args, out, best_cfg, toml)
     elif best_cfg.sglang_exact:
         text = sglang_flags(best_cfg.to_sglang_args()) + "\n"
         out.write("\nbest setting as SGLang server flags:\n" + text)
@@ -300,11 +323,32 @@ def _write_best(args: argparse.Namespace, out: TextIO, best: dict, base: dict[st
                   "--model-path MODEL\n")
     if args.best_out is not None:
         write_atomic(args.best_out, text)
-        how = ("SGLang server flags" if text is not toml else
+        how = ("SGLang server flags" if text is not toml and best_as == "sglang" else
+               "vLLM's --speculative-config" if text is not toml else
                f"TOML; ngramspec simulate --config {args.best_out} runs it"
                + ("" if best_as == "toml" else
-                  f", ngramspec sglang-launch --config {args.best_out} serves it"))
+                  f", ngramspec sglang-launch --config {args.best_out} serves it"
+                  if best_as == "sglang" else
+                  f", vLLM's proposer reads it from {ENV_CONFIG}"))
         out.write(f"best setting written to {args.best_out} ({how})\n")
+
+
+def _write_vllm(args: argparse.Namespace, out: TextIO, cfg: NgramConfig, toml: str) -> str:
+    """The winner for vLLM: vLLM's own n-gram is its ``--speculative-config`` alone (the text
+    written); ngramspec's chains are a TOML (written) and the line that hands it to
+    ``ngramspec.integrations.vllm.Proposer``."""
+    if cfg.vllm:
+        text = json.dumps(speculative_config(cfg)) + "\n"
+        out.write(f"\nbest setting as vLLM's --speculative-config:\n{text}\nserve it with:\n"
+                  f"  {launch_line(cfg)}\n")
+        return text
+    where = args.best_out or "best.toml"
+    keep = (f"this TOML is written to {where}" if args.best_out else
+            f"save this TOML as {where}")
+    out.write(f"\nbest setting: ngramspec's chains, served in vLLM by its custom_class "
+              f"proposer (pip install ngramspec where vLLM runs); {keep}:\n{toml}\nand "
+              f"serve it with:\n  {launch_line(cfg, toml_path=where)}\n")
+    return toml
 
 
 def _x(speed_up: float) -> str:

@@ -263,6 +263,10 @@ def simulate_stream(streams: StreamSource, *, config: NgramConfig | None = None,
     from ..streams import SAMPLING_FIELDS, decoding_of, iter_streams
 
     config = _check_args(config, concurrency, "numba", costs)
+    if config.chains:
+        raise ValueError(f"simulate_stream replays SGLang's compiled loop; chains (profile "
+                         f"{config.profile!r}, chain={config.chain}) run in simulate(): pass "
+                         "the requests to simulate (or shard them and pool the results)")
     if by is not None and not isinstance(by, str):
         raise TypeError(f"by must be a metadata field name (str), got {type(by).__name__}")
     if where is not None and not (isinstance(where, tuple) and len(where) == 2):
