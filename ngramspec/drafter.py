@@ -187,11 +187,19 @@ class Drafter:
         self._offsets1: dict[int, np.ndarray] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._one_slot: dict[int, np.ndarray] = {}
-        self._info = np.zeros(2, np.int64)
+        self._info = np.zeros(3, np.int64)
         self._where = np.zeros(64, np.int64)
         self._slot: dict[Hashable, int] = {}  # request id -> store row, in order of arrival
         self._store = _Store()
-        self._local: list[NgramCache | None] = [None] * self._store.size.size
+        self._local: list[Any] = [None] * self._store.size.size
+        # The compiled replay's per-slot memory (engine.remembered) on the Numba backend, for
+        # the exact counts and ADAPTIVE drafts of profile sglang-0.5.23.
+        self._mem = None
+        if (cfg.profile == "sglang-0.5.23" and (self._exact or self._adaptive)
+                and self.cache._backend_name == "numba"):
+            from .engine.remembered import Remembered
+
+            self._mem = Remembered(cfg, self._store.size.size, self._costs is not None)
         # The last proposal not yet accepted: ids, rows, their rows in the drafts, windows.
         self._pend_keys: list[Hashable] = []
         self._pend_slots = self._pend_rows = _NONE
@@ -263,6 +271,14 @@ class Drafter:
         if len(self._local) < store.size.size:
             self._local += [None] * (store.size.size - len(self._local))
         cfg = self.config
+        mem = self._mem
+        if mem is not None:  # (with local_index, the admission's counts into its own trie)
+            mem.grow(store.size.size)
+            mem.start(store.buf, store.size, slot, 0 if cfg.index_prompt else prompt.size)
+            if cfg.local_index:
+                self._slot[key] = slot
+                self._local[slot] = mem.own(slot)
+                return
         if cfg.local_index:
             # Its own trie counts exactly, whatever the shared one does.
             self._local[slot] = NgramCache(config=cfg.replace(
@@ -364,6 +380,18 @@ class Drafter:
             self._pend(keys, slot_arr, drafts, flat.copy(), offsets)
             return drafts
         slot_arr = np.array(slots, np.int64)
+        if self._adaptive and self._mem is not None:
+            drafts = self._propose_adaptive(slot_arr, batch_size)
+            flat = offsets = None
+            if self._windows:  # (local_index without exact_counts) SGLang's windows too
+                flat = np.empty(b * length, np.int32)
+                offsets = np.empty(b + 1, np.int64)
+                _steps().gather_tails(store.buf, store.size, slot_arr, length, flat, offsets,
+                                      np.empty(b, np.int64))
+            if cfg.chain:  # a verifier of chains is sent one path per request
+                drafts = drafts.chains()
+            self._pend(keys, slot_arr, drafts, flat, offsets)
+            return drafts
         flat = np.empty(b * length, np.int32)
         offsets = np.empty(b + 1, np.int64)
         lens = np.empty(b, np.int64)
@@ -381,6 +409,36 @@ class Drafter:
             drafts = drafts.chains()
         self._pend(keys, slot_arr, drafts, flat, offsets)
         return drafts
+
+    def _propose_adaptive(self, slots: np.ndarray, batch_size: int | None) -> DraftBatch:
+        """ADAPTIVE trees of these store rows in one compiled call, from the remembered
+        state (:mod:`ngramspec.engine.remembered`)."""
+        cache = self.cache
+        costs = None
+        if self._costs is not None:
+            costs = np.array(cache._step_costs(self._costs, batch_size, slots.size),
+                             np.float64)
+        if cache._done != cache._queued or cache._errors:
+            cache.synchronize()
+        with cache._lock:
+            backend = cache._backend
+            out = self._mem.propose(self._store.buf, self._store.size, slots, backend.trie,
+                                    costs, backend.auto_rate)
+        return DraftBatch._trusted(*out)
+
+    def _accept_counted(self, tokens: np.ndarray, mask: np.ndarray, matrix: np.ndarray,
+                        lens: np.ndarray, where: np.ndarray, info: np.ndarray) -> None:
+        """``accept_rows`` and the exact counts of the remembered state, in one call."""
+        cache = self.cache
+        if self.config.local_index:  # the shared trie is not touched
+            self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,
+                             where, info, cache._backend.trie)
+            return
+        if cache._done != cache._queued or cache._errors:
+            cache.synchronize()
+        with cache._lock:
+            self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,
+                             where, info, cache._backend.trie)
 
     def _pend(self, keys: list[Hashable], slots: np.ndarray, drafts: DraftBatch,
               flat: np.ndarray, offsets: np.ndarray) -> None:
@@ -471,11 +529,12 @@ class Drafter:
         cfg = self.config
         store = self._store
         slots = self._pend_slots
-        before = store.size[slots].tolist() if self._exact else None
-        self._check_and_append(matrix, lens)
+        fast = self._exact and self._mem is not None  # appended and counted in one call
+        before = store.size[slots].tolist() if self._exact and not fast else None
+        self._check_and_append(matrix, lens, fast)
         if self._pend_windows is not None:  # 0.5.23: the windows matched, before appending
             self.cache._insert_packed(*self._pend_windows, wait=True)
-        if self._exact:
+        if before is not None:
             self._count(slots.tolist(), before)
         if self._windows and not cfg.stateful:  # 0.5.9: after appending, every request
             b = slots.size
@@ -525,9 +584,10 @@ class Drafter:
             matrix[i, :a.size] = a
         return matrix, lens
 
-    def _check_and_append(self, matrix: np.ndarray, lens: np.ndarray) -> None:
+    def _check_and_append(self, matrix: np.ndarray, lens: np.ndarray, count: bool) -> None:
         """Check every row of emitted tokens against its proposed tree, then append them (one
-        compiled call; nothing is written if a row is refused)."""
+        compiled call; nothing is written if a row is refused); ``count``: the exact counts
+        of the remembered state in the same call."""
         d = self._pend_drafts
         tokens, mask = d._tokens, d._mask
         if self._pend_rows.size != tokens.shape[0]:
@@ -538,8 +598,11 @@ class Drafter:
         where, info = self._where, self._info
         steps = _steps()
         while True:
-            steps.accept_rows(tokens, mask, matrix, lens, store.buf, store.size, store.steps,
-                              store.nsteps, self._pend_slots, where, info)
+            if count:
+                self._accept_counted(tokens, mask, matrix, lens, where, info)
+            else:
+                steps.accept_rows(tokens, mask, matrix, lens, store.buf, store.size,
+                                  store.steps, store.nsteps, self._pend_slots, where, info)
             if info[0] != steps.NO_ROOM:
                 break
             store.reserve(int(info[1]))

@@ -1,0 +1,469 @@
+"""The step API's remembered state: what the compiled replay keeps between steps, for
+:class:`~ngramspec.Drafter`.
+
+The replay (:mod:`.replay_kernel`) drafts ``recommended()`` at a fraction of what a drafter
+that rebuilds everything per call pays, because per concurrency slot it remembers:
+
+- the nodes its last counted insert walked (``pcc``: :func:`~.trie.insert_suffixes`'s
+  remembered paths), so that the next step's counted insert needs no child look-ups, and the
+  own trie's anchors of the next ADAPTIVE draft are known without walks
+  (:func:`~.replay_kernel._known_anchors`);
+- how each own trie keeps its LRU order (touch stamps until an insert could evict, then the
+  list: :func:`~.trie.build_lru`), and its touch clock.
+
+:class:`Remembered` holds the same per drafter slot (a slot is a row of the drafter's request
+store), with each slot's own trie (``local_index``) as a :class:`~.trie.TrieArrays`; the
+kernels take the drafter's store arrays directly:
+
+- :func:`propose_adaptive`: the ADAPTIVE trees of a batch (own trie first, with known anchors;
+  ``min_expected_accept="auto"``: the cap chosen over the batch), one call;
+- :func:`count_step`: after ``accept`` appended the emitted tokens, every new n-gram counted
+  once, into each request's own trie or the shared one, one call;
+- :func:`count_sequence`: a counted insert of one sequence without remembered paths
+  (admission), resumable when a trie runs out of allocated slots.
+
+Remembered nodes of the shared trie (exact counts without ``local_index``) are checked
+against the node versions (the shared trie keeps its LRU list: anyone may insert into it) and
+forgotten when its epoch changes (``reset``).  Drafts are those of the stateless path node
+for node: a remembered node is the node a look-up would find.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from numba.core import types as _nbtypes
+from numba.experimental import structref as _structref
+from numba.typed import List
+
+from .._jit import entry_point, jit
+from ..config import NgramConfig
+from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
+from .replay_kernel import _known_anchors
+from .steps import ACCEPTED, accept_rows
+from .tree import BUCKET_COUNTS
+from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, Trie, TrieArrays, build_lru, in_use,
+                   insert_suffixes, reset_trie, unpack)
+
+__all__ = ["Remembered", "OwnTrie", "StepState", "propose_adaptive", "accept_and_count",
+           "count_step", "count_sequence", "SHARED_ROOM"]
+
+# count_step's outcome: 0 done, else the trie that needs room first (-1 the shared one, else
+# 1 + slot), with the node slots it must have allocated in ``need[0]``.
+SHARED_ROOM = -1
+
+
+@_structref.register
+class _StepStateType(_nbtypes.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, _nbtypes.unliteral(typ)) for name, typ in fields)
+
+
+class StepState(_structref.StructRefProxy):
+    """What the step kernels read besides the store and the shared trie, as one Numba
+    structure (unboxed in one step; measured: its ~45 arrays as loose arguments and tuples
+    cost 4.4 us per call).  Fields: the remembered paths ``pc`` (``(node, ver, start, len)``
+    per slot), per slot ``mode``/``clock`` (its own trie's LRU mode and touch clock) and
+    ``epoch`` (the shared trie's, when its nodes were remembered), ``tries`` (the own tries'
+    bundles, a typed list), ``path``/``need`` (work space), ADAPTIVE's ``params``, ``sc``,
+    ``cal`` and ``saved`` (``min_expected_accept="auto"``'s rows), ``bc`` (bucket counts),
+    and ``ints``: trie depth, capacity, match length, ``local_index``, nodes per step's
+    counted insert.  A plain namespace where the JIT is off."""
+
+
+_STATE_FIELDS = ("pc", "mode", "clock", "epoch", "tries", "path", "need", "params", "sc", "cal",
+                 "saved", "bc", "ints")
+_structref.define_proxy(StepState, _StepStateType, list(_STATE_FIELDS))
+
+
+@jit
+def _new_state(pc, mode, clock, epoch, tries, path, need, params, sc, cal, saved, bc, ints):
+    return StepState(pc, mode, clock, epoch, tries, path, need, params, sc, cal, saved, bc, ints)
+
+
+@jit
+def _set_rows(st, pc, mode, clock, epoch):
+    st.pc = pc
+    st.mode = mode
+    st.clock = clock
+    st.epoch = epoch
+
+
+@jit
+def _set_saved(st, saved):
+    st.saved = saved
+
+
+def _jit_on() -> bool:
+    return getattr(_new_state, "overloads", None) is not None
+
+
+@jit
+def _list_of(bundle):
+    out = List()
+    out.append(bundle)
+    return out
+
+
+@jit
+def _list_append(out, bundle):
+    out.append(bundle)
+
+
+@jit
+def _list_set(out, i, bundle):
+    out[i] = bundle
+
+
+def _typed_list(bundle):
+    return _list_of(bundle) if _jit_on() else [bundle]
+
+
+def _append(lst, bundle) -> None:
+    if isinstance(lst, list):
+        lst.append(bundle)
+    else:
+        _list_append(lst, bundle)
+
+
+def _set(lst, i: int, bundle) -> None:
+    if isinstance(lst, list):
+        lst[i] = bundle
+    else:
+        _list_set(lst, i, bundle)
+
+
+def _saved_rows(rows: int, n: int) -> tuple:
+    """``min_expected_accept="auto"``: each tree's token, parent and probability rows and
+    its size, kept while the cap is chosen over the batch."""
+    return (np.zeros((rows, n), np.int32), np.zeros((rows, n), np.int32),
+            np.zeros((rows, n), np.float64), np.zeros(rows, np.int32))
+
+
+_NO_COSTS = np.zeros(0, np.float64)
+
+
+class Remembered:
+    """Per slot of a :class:`~ngramspec.Drafter`'s store: the remembered paths of its counted
+    inserts, its own trie (``local_index``) with that trie's LRU mode and clock, and the shared
+    trie's epoch the remembered nodes belong to (all in :attr:`state`, a :class:`StepState`);
+    rows grow with the store (:meth:`grow`).  Its methods drive the kernels over the store's
+    arrays (``buf``: a row of token ids per slot, ``size``: tokens per row); the caller holds
+    the shared trie's lock."""
+
+    def __init__(self, config: NgramConfig, rows: int, auto: bool) -> None:
+        depth, n = config.trie_depth, config.draft_token_num
+        self.depth, self.n, self.capacity = depth, n, config.capacity
+        self.local = config.local_index
+        width = depth - 1 + n  # a step's counted insert: depth - 1 + emitted tokens
+        self.per_count = width * depth  # new nodes of one step's counted insert, at most
+        self.rows = 0
+        self.pc = (np.zeros((0, width, depth), np.int32), np.zeros((0, width, depth), np.int64),
+                   np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self.mode = np.zeros(0, np.int64)
+        self.clock = np.zeros(0, np.int64)
+        self.epoch = np.zeros(0, np.int64)
+        self.tries: list[TrieArrays] = []
+        self.path = np.zeros(depth, np.int32)
+        self.need = np.zeros(1, np.int64)
+        self._entries: dict[str, object] = {}
+        adaptive = config.match_type == "ADAPTIVE"
+        if adaptive:
+            from ..calibration_table import calibration_array
+
+            params = (int(depth), int(config.budget), float(config.min_token_prob),
+                      float(config.max_spec_factor),
+                      0.0 if auto else float(config.min_expected_accept),
+                      float(config.shared_pseudo_count))
+            cal = calibration_array(config)
+        else:  # placeholders of the same types (only counted inserts run)
+            params, cal = (int(depth), 1, 0.0, 0.0, 0.0, 0.0), _NO_COSTS
+        sc = adaptive_scratch(config.budget if adaptive else 1, depth)
+        self.saved = _saved_rows(1 if auto else 0, n)
+        # The own tries' bundles (a placeholder of their type without local_index).
+        self.trie_list = _typed_list(TrieArrays(2, initial=2).bundle)
+        if self.local:
+            self.trie_list = None
+        self._grow_rows(rows)
+        ints = np.asarray([depth, config.capacity, config.match_length, int(self.local),
+                           self.per_count], np.int64)
+        fields = (self.pc, self.mode, self.clock, self.epoch, self.trie_list, self.path,
+                  self.need, params, sc, cal, self.saved, BUCKET_COUNTS, ints)
+        self.state = (_new_state(*fields) if _jit_on()
+                      else SimpleNamespace(**dict(zip(_STATE_FIELDS, fields))))
+
+    def _grow_rows(self, rows: int) -> None:
+        old = self.rows
+
+        def more(a: np.ndarray) -> np.ndarray:
+            out = np.zeros((rows,) + a.shape[1:], a.dtype)
+            out[:old] = a
+            return out
+
+        self.pc = tuple(more(a) for a in self.pc)
+        self.mode, self.clock, self.epoch = (more(a) for a in (self.mode, self.clock,
+                                                                 self.epoch))
+        self.rows = rows
+        if not self.local:
+            return
+        # Own tries start small: memory follows use (they grow before a kernel runs short).
+        for _ in range(old, rows):
+            t = TrieArrays(self.capacity, initial=64)
+            self.tries.append(t)
+            if self.trie_list is None:
+                self.trie_list = _typed_list(t.bundle)
+            else:
+                _append(self.trie_list, t.bundle)
+
+    def grow(self, rows: int) -> None:
+        """Room for ``rows`` slots."""
+        if rows <= self.rows:
+            return
+        self._grow_rows(rows)
+        if _jit_on():
+            _set_rows(self.state, self.pc, self.mode, self.clock, self.epoch)
+        else:
+            self.state.pc, self.state.mode = self.pc, self.mode
+            self.state.clock, self.state.epoch = self.clock, self.epoch
+
+    def start(self, buf: np.ndarray, size: np.ndarray, slot: int, count: int) -> None:
+        """A new request in ``slot``: nothing remembered; with ``local``, its own trie emptied
+        and every n-gram of its row ending at ``count`` or later counted there, its LRU order
+        kept as the list from the start if this insert alone could evict, else as touch
+        stamps."""
+        self.pc[3][slot] = 0
+        self.clock[slot] = 0
+        if not self.local:
+            return
+        t = self.tries[slot]
+        reset_trie(t.named())
+        depth = self.depth
+        lo = max(0, count - depth + 1)
+        seq = buf[slot, lo:int(size[slot])]
+        mode = LRU_LIST if 1 + seq.size * depth > self.capacity else LRU_STAMPS
+        self.mode[slot] = mode
+        out = np.zeros(2, np.int64)
+        while True:
+            count_sequence(seq, out[0], count - lo, depth, self.capacity, mode, out[1],
+                           t.bundle, self.path, out)
+            if out[0] >= seq.size:
+                break
+            self.grow_trie(slot, 2 * t.alloc)
+        self.clock[slot] = out[1]
+
+    def grow_trie(self, slot: int, want: int) -> None:
+        """Grow ``slot``'s own trie until ``want`` node slots are allocated (or its capacity)."""
+        t = self.tries[slot]
+        while t.alloc < min(t.capacity, want):
+            t.grow()
+        _set(self.trie_list, slot, t.bundle)
+
+    def _entry(self, name: str, kernel, args: tuple):
+        entry = self._entries.get(name)
+        if entry is None:  # the same types at every call: skip the typing
+            entry = self._entries[name] = entry_point(kernel, *args)
+        return entry
+
+    def propose(self, buf: np.ndarray, size: np.ndarray, slots: np.ndarray,
+                shared: TrieArrays, costs: np.ndarray | None, rate: np.ndarray) -> tuple:
+        """ADAPTIVE trees of ``slots`` (:func:`propose_adaptive`): ``(tokens, mask, num,
+        probs)``.  ``costs``: ``min_expected_accept="auto"``'s step time per cap, ``rate``
+        its running totals."""
+        b, n = slots.size, self.n
+        tokens = np.empty((b, n), np.int32)
+        mask = np.empty((b, n, n), np.bool_)
+        num = np.empty(b, np.int32)
+        probs = np.empty((b, n), np.float64)
+        if costs is None:
+            costs = _NO_COSTS
+        elif self.saved[0].shape[0] < b:
+            self.saved = _saved_rows(2 * b, n)
+            if _jit_on():
+                _set_saved(self.state, self.saved)
+            else:
+                self.state.saved = self.saved
+        args = (buf, size, slots, shared.packed, self.state, costs, rate, tokens, mask, num,
+                probs)
+        self._entry("propose", propose_adaptive, args)(*args)
+        return tokens, mask, num, probs
+
+    def accept(self, drafts: tuple, emitted: np.ndarray, lens: np.ndarray, store,
+               slots: np.ndarray, where: np.ndarray, info: np.ndarray,
+               shared: TrieArrays | None) -> None:
+        """:func:`accept_and_count` (``shared`` None: no counts), then the counts again after
+        growing the tries it asked room in; ``info`` as :func:`~.steps.accept_rows`."""
+        before = np.empty(slots.size, np.int64)
+        tokens, mask = drafts
+        bundle = shared.packed if shared is not None else None
+        args = (tokens, mask, emitted, lens, store.buf, store.size, store.steps, store.nsteps,
+                slots, where, info, before, bundle, self.state)
+        accept_and_count(*args)  # (the caller's arrays: typed per call)
+        while info[0] == ACCEPTED and info[2] != 0:
+            want = int(self.need[0])
+            if info[2] == SHARED_ROOM:
+                while shared.alloc < min(shared.capacity, want):
+                    shared.grow()
+            else:
+                self.grow_trie(int(info[2]) - 1, want)
+            cargs = (store.buf, store.size, slots, before, shared.packed, self.state)
+            info[2] = self._entry("count", count_step, cargs)(*cargs)
+
+    def own(self, slot: int) -> "OwnTrie":
+        return OwnTrie(self, slot)
+
+    def trie(self, slot: int) -> TrieArrays:
+        """``slot``'s own trie, with its LRU order as the list (so that it can be checked)."""
+        t = self.tries[slot]
+        if self.mode[slot] == LRU_STAMPS:
+            build_lru(t.named())
+            self.mode[slot] = LRU_LIST
+            self.pc[3][slot] = 0
+        return t
+
+
+class OwnTrie:
+    """A request's own trie in the remembered state, as far as tests and debugging read it."""
+
+    def __init__(self, mem: Remembered, slot: int) -> None:
+        self._mem, self._slot = mem, slot
+
+    def __len__(self) -> int:
+        return int(self._mem.tries[self._slot].meta[M_SIZE])
+
+    def check_integrity(self) -> None:
+        """As :meth:`ngramspec.NgramCache.check_integrity` (frequencies counted exactly)."""
+        from .integrity import check_freqs, check_trie
+
+        t = self._mem.trie(self._slot)
+        check_freqs(t, check_trie(t, self._mem.depth), True)
+
+
+@jit(what="the step API's ADAPTIVE drafts")
+def propose_adaptive(buf, size, slots, shared, st, costs, rate, tokens, mask, num, probs):
+    """The ADAPTIVE tree of each slot ``slots[b]`` (its last match-length tokens of ``buf``'s
+    row, ``size[slot]`` tokens so far) into row ``b`` of ``tokens``/``mask``/``num``/
+    ``probs``: its own trie first with ``local_index`` (its anchors known from its last
+    counted insert where they can be), then the ``shared`` trie (packed).  ``costs``
+    (non-empty with ``min_expected_accept="auto"``): the step time per drafted-node cap, the
+    cap chosen over the batch (:func:`~.adaptive.choose_cap`, ``rate`` updated)."""
+    t = unpack(shared)
+    params, sc, cal, bc = st.params, st.sc, st.cal, st.bc
+    mlen = st.ints[2]
+    use_local = st.ints[3] != 0
+    b_n = slots.size
+    auto = costs.size > 0
+    tok_rows, par_rows, prob_rows, used_rows = st.saved
+    for b in range(b_n):
+        s = slots[b]
+        m = size[s]
+        ctx = buf[s, max(0, m - mlen):m]
+        if use_local:
+            known = _known_anchors(st.pc, s, m, min(ctx.size, params[0]), st.mode[s],
+                                   sc.l_nodes)
+            used = draft_tree(ctx, params, Trie(*st.tries[s]), t, bc, sc, tokens[b], mask[b],
+                              probs[b], cal, known)
+        else:
+            used = draft_tree(ctx, params, None, t, bc, sc, tokens[b], mask[b], probs[b], cal)
+        num[b] = used
+        if auto:
+            save_creation(sc, used, tok_rows[b], par_rows[b], prob_rows[b])
+            used_rows[b] = used
+    if auto:
+        cap = choose_cap(prob_rows[:b_n], used_rows[:b_n], costs, rate)
+        for b in range(b_n):
+            if num[b] > cap:
+                num[b] = cap
+                s = slots[b]
+                layout_prefix(buf[s, size[s] - 1], cap, tok_rows[b], par_rows[b], prob_rows[b],
+                              sc, bc, tokens[b], mask[b], probs[b])
+
+
+@jit
+def _count(buf, size, slots, before, shared, st):
+    """:func:`count_step`'s work (``shared``: the packed shared trie)."""
+    t = unpack(shared)
+    depth, capacity = st.ints[0], st.ints[1]
+    use_local = st.ints[3] != 0
+    per_count = st.ints[4]
+    pc, l_mode, l_clock, epoch, path = st.pc, st.mode, st.clock, st.epoch, st.path
+    b_n = slots.size
+    if use_local:
+        for b in range(b_n):
+            s = slots[b]
+            lt = Trie(*st.tries[s])
+            want = in_use(lt) + per_count
+            if lt.tok.size < min(capacity, want):
+                st.need[0] = want
+                return 1 + s
+    else:
+        want = in_use(t) + b_n * per_count
+        if t.tok.size < min(capacity, want):
+            st.need[0] = want
+            return SHARED_ROOM
+    zero = np.int64(0)
+    g_epoch = t.meta[M_EPOCH]
+    for b in range(b_n):
+        s = slots[b]
+        start = before[b]
+        m = size[s]
+        if start >= m:
+            continue
+        lo = max(0, start - depth + 1)
+        seq = buf[s, lo:m]
+        if use_local:
+            lt = Trie(*st.tries[s])
+            if l_mode[s] == LRU_STAMPS and lt.meta[M_SIZE] + per_count > capacity:
+                build_lru(lt)  # this insert could evict: the list from here on
+                l_mode[s] = LRU_LIST
+                pc[3][s] = 0
+            l_clock[s] = insert_suffixes(seq, zero, lo, zero, start - lo, depth, capacity,
+                                         l_mode[s], l_clock[s], lt, path, pc, s)[1]
+        else:
+            if epoch[s] != g_epoch:  # the shared trie was emptied since: its nodes are new
+                pc[3][s] = 0
+                epoch[s] = g_epoch
+            insert_suffixes(seq, zero, lo, zero, start - lo, depth, capacity, LRU_LIST, zero, t,
+                            path, pc, s)
+    return 0
+
+
+@jit(what="the step API's counted inserts")
+def count_step(buf, size, slots, before, shared, st):
+    """Count once every n-gram of each slot's row that ends at ``before[b]`` or later (the
+    tokens ``accept`` just appended), into its own trie (``local_index``) or the ``shared``
+    trie (packed), with the remembered paths of its last counted insert.
+
+    First checks that every trie has room for the call (a step's insert creates at most
+    ``ints[4]`` nodes per request): if one has not, returns its code (``SHARED_ROOM``, or
+    ``1 + slot``) with the node slots wanted in ``need[0]``, having changed nothing; the
+    caller grows it and calls again.  Returns 0 when done."""
+    return _count(buf, size, slots, before, shared, st)
+
+
+@jit(what="the step API's accept")
+def accept_and_count(tokens, mask, emitted, lens, buf, size, steps, nsteps, slots, where, info,
+                     before, shared, st):
+    """:func:`~.steps.accept_rows` (``info[0]``, ``info[1]``), then, once the tokens are
+    appended and with ``shared`` (packed; None: no counts), :func:`count_step` from each
+    row's size before (kept in ``before``), its code in ``info[2]``."""
+    for i in range(slots.size):
+        before[i] = size[slots[i]]
+    info[2] = 0
+    accept_rows(tokens, mask, emitted, lens, buf, size, steps, nsteps, slots, where, info)
+    if shared is not None and info[0] == ACCEPTED:
+        info[2] = _count(buf, size, slots, before, shared, st)
+
+
+@jit(what="the step API's counted inserts")
+def count_sequence(seq, first, count_from, depth, capacity, mode, clock, trie, path, out):
+    """:func:`~.trie.insert_suffixes` of ``seq`` (suffixes from ``first``; tokens from
+    ``count_from`` counted) into the trie ``trie`` (a plain bundle) in LRU ``mode``, nothing
+    remembered: ``out`` gets (the suffix to resume from, the clock)."""
+    none = (np.empty((1, 1, 1), np.int32), np.empty((1, 1, 1), np.int64),
+            np.empty(1, np.int64), np.empty(1, np.int64))
+    zero, no_row = np.int64(0), np.int64(-1)
+    stop, clock = insert_suffixes(seq, first, zero, zero, count_from, depth, capacity, mode,
+                                  clock, Trie(*trie), path, none, no_row)
+    out[0] = stop
+    out[1] = clock
