@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from . import config_sglang, config_toml, config_vllm
+from .config_presets import _PRESET_OPTIONS, PRESETS
 
 __all__ = ["NgramConfig", "MATCH_TYPES", "MATCH_MODES", "MatchMode", "PROFILES", "PRESETS"]
 
@@ -59,24 +60,6 @@ _INT32_MAX = 2**31 - 1
 # Corpus tokens across a cache's corpora: automaton states and edges are int32 ids (at most
 # 2 states and 3 edges per token).
 _MAX_CORPUS_TOKENS = 2**29
-
-#: Named starting points (``NgramConfig.preset(name)``, ``--preset`` on the command line).
-PRESETS = ("sglang", "recommended", "recommended-cost-aware", "calibrated")
-# The options each preset sets (later layers, a TOML file or flags, override them).
-_PRESET_OPTIONS: dict[str, dict[str, Any]] = {
-    "sglang": {},
-    "recommended": dict(index_prompt=True, exact_counts=True, local_index=True,
-                        match_type="ADAPTIVE", min_token_prob=0.5, max_spec_factor=1.0,
-                        shared_pseudo_count=2.0, max_trie_depth=24, draft_token_num=16),
-}
-_PRESET_OPTIONS["recommended-cost-aware"] = dict(_PRESET_OPTIONS["recommended"],
-                                                 min_expected_accept=4.0)
-# The wide trees the calibration table of ``acceptance`` was fitted on (tuning part only), with
-# its estimates: the base for ``min_expected_accept="auto"`` with step costs.
-_PRESET_OPTIONS["calibrated"] = dict(index_prompt=True, exact_counts=True, local_index=True,
-                                     match_type="ADAPTIVE", min_token_prob=0.18,
-                                     max_spec_factor=4.0, max_trie_depth=24,
-                                     calibrated_estimates=True)
 
 # Fields that exist in one profile only, and their defaults there (SGLang's server defaults).
 # draft_token_num is shared but resolved per profile (see NgramConfig).
@@ -534,7 +517,10 @@ class NgramConfig:
         ``"calibrated"``: wide ADAPTIVE trees (``min_token_prob=0.18``, ``max_spec_factor=4``,
         ``max_trie_depth=24``) scored by the calibrated estimates of
         :mod:`ngramspec.calibration_table` (the settings its table was fitted on), the base for
-        ``min_expected_accept="auto"``.
+        ``min_expected_accept="auto"``.  For vLLM, which verifies chains: ``"chain"``,
+        ``recommended`` cut to chains of up to 7 tokens (``min_token_prob=0.2``,
+        ``max_spec_factor=2``; tuned under vLLM's pricing, docs/vllm.md), and ``"vllm"``,
+        vLLM's own n-gram proposer at its defaults (profile ``vllm-0.33``).
 
         Examples
         --------
@@ -560,7 +546,7 @@ class NgramConfig:
         Traceback (most recent call last):
         ...
         ValueError: unknown preset 'fast'; presets: sglang, recommended, recommended-cost-aware,
-        calibrated
+        calibrated, chain, vllm
         """
         options = cls.preset_options(name)
         options.update(overrides)

@@ -119,7 +119,14 @@ def test_toml_file_round_trip(tmp_path):
 
 
 def test_presets():
-    assert PRESETS == ("sglang", "recommended", "recommended-cost-aware", "calibrated")
+    assert PRESETS == ("sglang", "recommended", "recommended-cost-aware", "calibrated", "chain",
+                       "vllm")
+    assert NgramConfig.preset("vllm") == NgramConfig(profile="vllm-0.33")
+    chain = NgramConfig.preset("chain")
+    assert chain == NgramConfig.recommended(chain=True, min_token_prob=0.2,
+                                            max_spec_factor=2.0, draft_token_num=8)
+    assert NgramConfig.from_toml(chain.to_toml(preset="chain")) == chain
+    assert NgramConfig.preset("vllm", num_speculative_tokens=3).draft_token_num == 4
     assert NgramConfig.preset("sglang") == NgramConfig()
     assert NgramConfig.preset("recommended") == NgramConfig.recommended()
     aware = NgramConfig.preset("recommended-cost-aware")
