@@ -1,0 +1,668 @@
+"""``Proposer``: ngramspec's drafter as vLLM 0.33's ``custom_class`` speculative proposer.
+
+vLLM loads an outside drafter without patching::
+
+    LLM(model=..., speculative_config={"method": "custom_class",
+                                       "model": "ngramspec.integrations.vllm.Proposer",
+                                       "num_speculative_tokens": 5})
+
+Its model runner builds the class with the ``VllmConfig`` and, after every step's
+bookkeeping, calls ``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
+slot_mappings=...)`` (``NgramProposer``'s form, with ``num_speculative_tokens`` first, is
+taken too).  Nothing of vLLM is imported here: the config is read by attribute
+(``speculative_config.num_speculative_tokens``, ``scheduler_config.max_num_seqs``,
+``model_config.max_model_len``).
+
+**Configuration**, as the SGLang plugin's (``docs/sglang.md``): the environment variable
+:data:`ENV_CONFIG` (``NGRAMSPEC_VLLM_CONFIG``) holds TOML text (``NgramConfig.to_toml()``), or
+:data:`ENV_PRESET` (``NGRAMSPEC_VLLM_PRESET``) names a preset; by default a chain
+configuration (:func:`default_config`).  vLLM verifies chains, so ``chain=True`` is forced, and
+``draft_token_num`` is vLLM's ``num_speculative_tokens + 1`` (a TOML that says otherwise is
+refused).  :data:`ENV_COSTS` (``NGRAMSPEC_VLLM_COSTS``), a cost table's CSV, makes the proposer
+cost-aware (:func:`choose_counts`): each step it sends the number of chain tokens across the
+batch that maximises expected emitted tokens per millisecond, nothing at all when no draft
+pays (vLLM then runs a plain decode).
+
+**Requests without ids.** vLLM tells the proposer no request ids: row ``i`` holds a request's
+whole context ``token_ids_cpu[i, :num_tokens_no_spec[i]]`` and ``sampled_token_ids[i]`` the
+tokens it emitted at the last step (empty: no draft this step, e.g. a partial prefill).  Rows
+move between steps (new requests are appended or fill freed rows; a finished request's row is
+filled by the last one).  The proposer recognises each request by its context: it keeps, per
+row, the length the context had and a fingerprint (its first 16 tokens and the 16 before that
+length); a row whose context, less the tokens it just emitted, has the length and fingerprint
+a known request had is that request (rows that stayed put are checked in one vectorised
+comparison, moved ones by a dictionary look-up; identical contexts are interchangeable).  A
+known request's emitted tokens (read from its context) are ``accept``-ed against the chain it
+was proposed, an unknown row with emitted tokens is ``add_request``-ed (prompt = its context
+but the last token), a known request no row holds any more is ``finish``-ed.  A request the
+drafter cannot follow (tokens that are no path of its chain + a bonus token; tokens emitted
+without a pending proposal, or a pending one that emitted nothing) is re-synchronised: finished
+and added again from its context.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..config import PRESETS, VLLM_PROFILE, NgramConfig, toml_options
+from ..drafter import Drafter
+
+__all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config",
+           "resolve_config", "choose_counts"]
+
+#: The environment variable holding the configuration as TOML text (``NgramConfig.to_toml()``).
+ENV_CONFIG = "NGRAMSPEC_VLLM_CONFIG"
+#: The environment variable naming a preset (one of :data:`ngramspec.config.PRESETS`).
+ENV_PRESET = "NGRAMSPEC_VLLM_PRESET"
+#: The environment variable holding the path of a cost table (CSV; :class:`~ngramspec.CostTable`).
+ENV_COSTS = "NGRAMSPEC_VLLM_COSTS"
+
+# The fingerprint of a context of length L: its first _HEAD tokens and the _TAIL before L
+# (positions clipped into 0 .. L - 1, so it depends on the context's first L tokens only).
+_HEAD, _TAIL = 16, 16
+_HEAD_IDX = np.arange(_HEAD, dtype=np.int64)
+_TAIL_IDX = np.arange(-_TAIL, 0, dtype=np.int64)
+# Prior of the acceptance rate of sent drafts (cost-aware without path probabilities):
+# (accepted + _PRIOR_ACCEPTED) / (sent + _PRIOR_SENT).
+_PRIOR_ACCEPTED, _PRIOR_SENT = 1.0, 2.0
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"vllm_config.{where} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _read_vllm_config(vllm_config: Any) -> tuple[int, int, int]:
+    """(num_speculative_tokens, max_num_seqs, max_model_len) read by attribute."""
+    values = []
+    for section, field in (("speculative_config", "num_speculative_tokens"),
+                           ("scheduler_config", "max_num_seqs"),
+                           ("model_config", "max_model_len")):
+        part = getattr(vllm_config, section, None)
+        if part is None:
+            raise ValueError(f"vllm_config has no {section}: ngramspec's Proposer reads "
+                             f"{section}.{field} (pass vLLM's VllmConfig)")
+        if not hasattr(part, field):
+            raise ValueError(f"vllm_config.{section} has no {field} (pass vLLM's VllmConfig)")
+        values.append(_positive_int(getattr(part, field), f"{section}.{field}"))
+    return values[0], values[1], values[2]
+
+
+def default_config(num_speculative_tokens: int) -> NgramConfig:
+    """The configuration used when neither :data:`ENV_CONFIG` nor :data:`ENV_PRESET` is set:
+    preset ``"chain"`` where :data:`~ngramspec.config.PRESETS` has it, else
+    ``NgramConfig.recommended(chain=True)``; ``draft_token_num = num_speculative_tokens + 1``.
+
+    Examples
+    --------
+    >>> cfg = default_config(5)
+    >>> cfg.chain, cfg.draft_token_num, cfg.match_type
+    (True, 6, 'ADAPTIVE')
+    """
+    k = _positive_int(num_speculative_tokens, "speculative_config.num_speculative_tokens")
+    if "chain" in PRESETS:
+        return NgramConfig.preset("chain", chain=True, draft_token_num=k + 1)
+    return NgramConfig.recommended(chain=True, draft_token_num=k + 1)
+
+
+def _check_usable(cfg: NgramConfig, source: str) -> NgramConfig:
+    if cfg.vllm:
+        raise ValueError(f"{source}: profile {cfg.profile!r} is vLLM's own n-gram proposer "
+                         "(speculative_config method 'ngram'); ngramspec's Proposer needs an "
+                         "SGLang profile (a trie)")
+    return cfg
+
+
+def resolve_config(num_speculative_tokens: int, *, config: Any = None,
+                   environ: Mapping[str, str] | None = None) -> NgramConfig:
+    """The configuration a :class:`Proposer` runs, for vLLM's ``num_speculative_tokens``.
+
+    Parameters
+    ----------
+    num_speculative_tokens : int
+        vLLM's ``k``: the configuration gets ``draft_token_num = k + 1`` and ``chain=True``.
+    config : NgramConfig or str, optional
+        Takes the place of the environment: an :class:`~ngramspec.NgramConfig` (its
+        ``draft_token_num`` and ``chain`` are set as above), a preset name or TOML text.
+    environ : mapping, optional
+        Where to read :data:`ENV_CONFIG` and :data:`ENV_PRESET` (default ``os.environ``).
+
+    Raises
+    ------
+    ValueError
+        Naming the variable and the field: both variables set, an unknown preset, TOML that
+        does not parse or whose ``draft_token_num`` is not ``k + 1`` or whose ``chain`` is
+        false, profile ``vllm-0.33`` (vLLM's own proposer; no trie).
+
+    Examples
+    --------
+    >>> resolve_config(3, environ={"NGRAMSPEC_VLLM_PRESET": "sglang"}).draft_token_num
+    4
+    >>> resolve_config(3, environ={"NGRAMSPEC_VLLM_CONFIG": "draft_token_num = 8"})
+    Traceback (most recent call last):
+    ...
+    ValueError: NGRAMSPEC_VLLM_CONFIG: draft_token_num = 8, but vLLM's num_speculative_tokens = 3 verifies chains of 3 drafts: draft_token_num must be 4 (or left out)
+    """
+    k = _positive_int(num_speculative_tokens, "speculative_config.num_speculative_tokens")
+    forced = dict(chain=True, draft_token_num=k + 1)
+    if isinstance(config, NgramConfig):
+        return _check_usable(config.replace(**forced), "config")
+    if config is not None and not isinstance(config, str):
+        raise TypeError(f"config must be an NgramConfig, a preset name or TOML text, got "
+                        f"{type(config).__name__}")
+    env = os.environ if environ is None else environ
+    if config is not None:
+        preset, text, source = (config, None, "config") if config in PRESETS else \
+            (None, config, "config")
+    else:
+        text, preset = env.get(ENV_CONFIG), env.get(ENV_PRESET)
+        if text is not None and preset is not None:
+            raise ValueError(f"both {ENV_CONFIG} and {ENV_PRESET} are set; set one (a TOML "
+                             f"config may name its preset itself: preset = \"NAME\")")
+        source = ENV_CONFIG if text is not None else ENV_PRESET
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"{source} = {preset!r} is no preset; presets: "
+                             f"{', '.join(PRESETS)}")
+        return _check_usable(NgramConfig.preset(preset, **forced), source)
+    if text is None:
+        return default_config(k)
+    try:
+        options, _ = toml_options(text)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    given = options.get("draft_token_num")
+    if given is not None and given != k + 1:
+        raise ValueError(f"{source}: draft_token_num = {given}, but vLLM's "
+                         f"num_speculative_tokens = {k} verifies chains of {k} drafts: "
+                         f"draft_token_num must be {k + 1} (or left out)")
+    if options.get("chain") is False:
+        raise ValueError(f"{source}: chain = false, but vLLM verifies chains: chain must be "
+                         "true (or left out)")
+    if options.get("profile") == VLLM_PROFILE:
+        raise ValueError(f"{source}: profile {VLLM_PROFILE!r} is vLLM's own n-gram proposer "
+                         "(speculative_config method 'ngram'); ngramspec's Proposer needs an "
+                         "SGLang profile (a trie)")
+    name = options.pop("preset", None)
+    merged = NgramConfig.preset_options(name) if name is not None else {}
+    merged.update(options)
+    merged.update(forced)
+    try:
+        cfg = NgramConfig(**merged)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source}: {e}") from None
+    return _check_usable(cfg, source)
+
+
+def _read_costs(costs: Any, environ: Mapping[str, str] | None) -> Any:
+    from ..costs import CostTable
+
+    if costs is None:
+        path = (os.environ if environ is None else environ).get(ENV_COSTS)
+        if not path:
+            return None
+        try:
+            return CostTable.read(path)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{ENV_COSTS} = {path!r}: {e}") from None
+    if isinstance(costs, CostTable):
+        return costs
+    if isinstance(costs, (str, os.PathLike)):
+        return CostTable.read(costs)
+    raise TypeError(f"costs must be a CostTable or a CSV path, got {type(costs).__name__}")
+
+
+def _step_ms(table: Any, batch: int, max_tokens: int) -> np.ndarray:
+    """``t(batch, n)`` for n = 1 .. max_tokens (the batch clipped into the table's measured
+    batches unless the table extrapolates)."""
+    if not table.extrapolate:
+        batch = int(np.clip(batch, table.batches[0], table.batches[-1]))
+    n = np.arange(1, max_tokens + 1)
+    return table.ms_array(np.full(n.size, batch), n)
+
+
+def choose_counts(lengths: np.ndarray, probs: np.ndarray | None, batch: int, step_ms: np.ndarray,
+                  *, accept_rate: float = 0.5) -> np.ndarray:
+    """How many tokens of each chain to send so that expected emitted tokens per ms is highest.
+
+    A verify step of ``batch`` requests sending ``c`` drafts in all costs ``t(batch, 1 +
+    c / batch)`` (vLLM schedules each request's last token and its drafts; the mean tokens per
+    request, between measured integer counts, is interpolated linearly) and emits ``batch +``
+    the sum of the sent tokens' path probabilities.  Path probabilities do not rise along a
+    chain, so sending tokens in order of decreasing probability and scanning the count is
+    exact; ties go to fewer tokens.  Without ``probs`` it is all or nothing, each draft
+    expected to be accepted with ``accept_rate``.
+
+    Parameters
+    ----------
+    lengths : (R,) int array
+        Tokens available in each proposed chain.
+    probs : (R, >= max(lengths)) float array or None
+        Row ``r``'s path probability of its ``j``-th chain token at column ``j - 1``.
+    batch : int
+        Requests in the verify step (those not proposed emit one token each).
+    step_ms : 1-D float array
+        ``t(batch, n)`` for ``n = 1, 2, ...`` (at least ``1 + max(lengths)`` values).
+
+    Returns
+    -------
+    (R,) int64 array: the tokens to send per chain (0 for none).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> flat = np.array([10.0, 10.5, 11.0, 11.5])          # a verify token is cheap
+    >>> choose_counts(np.array([3]), np.array([[0.9, 0.5, 0.01]]), 1, flat).tolist()
+    [2]
+    >>> steep = np.array([10.0, 20.0, 30.0, 40.0])         # a verify token costs a decode
+    >>> choose_counts(np.array([3]), np.array([[0.9, 0.5, 0.01]]), 1, steep).tolist()
+    [0]
+    """
+    lengths = np.asarray(lengths, np.int64)
+    r = lengths.size
+    total = int(lengths.sum())
+    out = np.zeros(r, np.int64)
+    if total == 0:
+        return out
+    grid = np.arange(1, step_ms.size + 1, dtype=np.float64)
+    if probs is None:
+        t0 = float(step_ms[0])
+        t1 = float(np.interp(1.0 + total / batch, grid, step_ms))
+        if (batch + accept_rate * total) / t1 > batch / t0:
+            out[:] = lengths
+        return out
+    width = int(lengths.max())
+    p = np.asarray(probs, np.float64)[:, :width]
+    depth = np.broadcast_to(np.arange(width), (r, width))
+    p = np.minimum.accumulate(np.where(depth < lengths[:, None], p, -1.0), axis=1)
+    valid = depth < lengths[:, None]
+    pv, dv = p[valid], depth[valid]
+    rows = np.broadcast_to(np.arange(r)[:, None], (r, width))[valid]
+    order = np.lexsort((dv, -pv))  # decreasing probability, shallower first on ties
+    gain = np.concatenate(([0.0], np.cumsum(np.maximum(pv[order], 0.0))))
+    counts = np.arange(total + 1, dtype=np.float64)
+    cost = np.interp(1.0 + counts / batch, grid, step_ms)
+    best = int(np.argmax((batch + gain) / cost))
+    if best:
+        out += np.bincount(rows[order[:best]], minlength=r)
+    return out
+
+
+@functools.cache
+def _kernels() -> Any:
+    """The two compiled helpers (compiled on first use, cached on disk)."""
+    from .._jit import jit
+
+    head, tail = _HEAD, _TAIL
+
+    @jit
+    def recognise(ctx, n, emitted, b, owner, own_len, own_fp, rows_known, out):
+        """``out[i]``: the request row ``i`` held at the last call if its context less the
+        tokens just emitted has that request's length and fingerprint, else -1; returns how
+        many rows matched."""
+        matched = 0
+        for i in range(b):
+            out[i] = -1
+            if i >= rows_known or owner[i] < 0:
+                continue
+            size = n[i] - emitted[i]
+            if size < 1 or size != own_len[i]:
+                continue
+            same = True
+            for j in range(head):
+                if ctx[i, min(j, size - 1)] != own_fp[i, j]:
+                    same = False
+                    break
+            if same:
+                for j in range(tail):
+                    if ctx[i, max(size - tail + j, 0)] != own_fp[i, head + j]:
+                        same = False
+                        break
+            if same:
+                out[i] = owner[i]
+                matched += 1
+        return matched
+
+    @jit
+    def remember(ctx, n, owner, b, own, own_len, own_fp):
+        """Store each row's request, context length and fingerprint."""
+        for i in range(b):
+            own[i] = owner[i]
+            size = n[i]
+            own_len[i] = size
+            if owner[i] < 0 or size < 1:
+                continue
+            for j in range(head):
+                own_fp[i, j] = ctx[i, min(j, size - 1)]
+            for j in range(tail):
+                own_fp[i, head + j] = ctx[i, max(size - tail + j, 0)]
+
+    return types.SimpleNamespace(recognise=recognise, remember=remember)
+
+
+def _fingerprints(ctx: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """(len(rows), _HEAD + _TAIL) tokens identifying each row's first ``lengths`` tokens."""
+    last = np.maximum(lengths - 1, 0)[:, None]
+    idx = np.concatenate((np.minimum(_HEAD_IDX, last),
+                          np.clip(lengths[:, None] + _TAIL_IDX, 0, last)), axis=1)
+    return ctx[rows[:, None], idx]
+
+
+class Proposer:
+    """ngramspec's drafter for vLLM 0.33 (``speculative_config`` method ``"custom_class"``).
+
+    Parameters
+    ----------
+    vllm_config : vLLM's ``VllmConfig`` (or any object with its attributes)
+        Read: ``speculative_config.num_speculative_tokens`` (``k``: chains of at most ``k``
+        drafts), ``scheduler_config.max_num_seqs`` (rows preallocated) and
+        ``model_config.max_model_len`` (no draft reaches past it).
+    config : NgramConfig or str, optional
+        The configuration (an :class:`~ngramspec.NgramConfig`, a preset name or TOML text),
+        in place of :data:`ENV_CONFIG` / :data:`ENV_PRESET` (:func:`resolve_config`).
+    costs : CostTable or path, optional
+        A cost table, in place of :data:`ENV_COSTS`: sends the chain tokens that maximise
+        expected tokens per ms (:func:`choose_counts`).
+    environ : mapping, optional
+        Where the environment variables are read (default ``os.environ``).
+    backend : {"numba", "reference"}
+        The drafter's backend.
+
+    Raises
+    ------
+    ValueError
+        A config without the attributes above, or a bad configuration (naming the variable and
+        the field); checked here, once.
+
+    Examples
+    --------
+    >>> import types, numpy as np
+    >>> from ngramspec.integrations.vllm import Proposer
+    >>> ns_ = types.SimpleNamespace
+    >>> vllm_config = ns_(speculative_config=ns_(num_speculative_tokens=3),
+    ...                   scheduler_config=ns_(max_num_seqs=4),
+    ...                   model_config=ns_(max_model_len=64))
+    >>> p = Proposer(vllm_config, environ={"NGRAMSPEC_VLLM_PRESET": "sglang"})
+    >>> ctx = np.zeros((4, 64), np.int32)
+    >>> ctx[0, :9] = [1, 2, 3, 4, 5, 1, 2, 3, 4]      # prompt + the prefill's first token
+    >>> p.propose([[4]], np.array([9, 0, 0, 0]), ctx)  # SGLang's trie learns from steps
+    [[]]
+    >>> ctx[0, 9] = 5                                   # the step emitted 5
+    >>> p.propose([[5]], np.array([10, 0, 0, 0]), ctx)
+    [[1, 2, 3]]
+    """
+
+    def __init__(self, vllm_config: Any, *, config: Any = None, costs: Any = None,
+                 environ: Mapping[str, str] | None = None, backend: str = "numba") -> None:
+        k, max_num_seqs, max_model_len = _read_vllm_config(vllm_config)
+        self.num_speculative_tokens = k
+        self.max_model_len = max_model_len
+        self.config = resolve_config(k, config=config, environ=environ)
+        self.costs = _read_costs(costs, environ)
+        if self.costs is not None:
+            covered = self.costs.extrapolate or (self.costs.tokens[0] <= 1 and
+                                                 self.costs.tokens[-1] >= k + 1)
+            if not covered:
+                raise ValueError(f"{ENV_COSTS}: the cost table measures tokens "
+                                 f"{int(self.costs.tokens[0])}..{int(self.costs.tokens[-1])} "
+                                 f"but a verify step of k = {k} drafts has 1..{k + 1}")
+        auto = self.config.min_expected_accept == "auto"
+        if auto and self.costs is None:
+            raise ValueError(f"min_expected_accept = \"auto\" needs step costs: set {ENV_COSTS} "
+                             "to a cost table")
+        drafter_costs = self.costs if auto else None
+        self._make = lambda cfg=self.config: Drafter(config=cfg, backend=backend,
+                                                     costs=drafter_costs)
+        self._warm(backend, drafter_costs)
+        self.drafter = self._make()
+        self._next_id = 0
+        cap = max(max_num_seqs, 1)
+        self._owner = np.full(cap, -1, np.int64)        # request at each row (-1: none)
+        self._own_len = np.zeros(cap, np.int64)         # its context length there
+        self._own_fp = np.zeros((cap, _HEAD + _TAIL), np.int32)
+        self._owner_new = np.full(cap, -1, np.int64)
+        self._rows_known = 0                            # rows of the last call
+        self._known = 0                                 # requests among them
+        self._auto = self.config.min_expected_accept == "auto"
+        self._pending: dict[int, int] = {}              # proposed at the last call: id -> sent
+        self._sent = self._accepted = 0                 # drafts sent / accepted (cost-aware)
+        self._last: Any = None                          # the last DraftBatch proposed
+        self._last_row: dict[int, int] = {}             # its row of each request
+        self.resyncs = 0
+
+    def _warm(self, backend: str, costs: Any) -> None:
+        """Compile the drafter's kernels now, not at vLLM's first decode step."""
+        cfg = self.config.replace(capacity=max(self.config.trie_depth + 1, 64))
+        scratch = Drafter(config=cfg, backend=backend, costs=costs)
+        for b in (1, 2):
+            rids = list(range(b))
+            for r in rids:
+                scratch.add_request(r, [1, 2, 3, 1, 2, 3, 1, 2], first_token=3)
+            for _ in range(2):
+                scratch.propose(rids)
+                scratch.accept({r: [1] for r in rids})
+            for r in rids:
+                scratch.finish(r)
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to load (vLLM's runner calls this on every drafter that has it)."""
+
+    def propose(self, *args: Any, slot_mappings: Any = None) -> list[list[int]]:
+        """Draft chains for the rows of vLLM's input batch.
+
+        Called as vLLM 0.33's model runner calls a ``custom_class`` proposer,
+        ``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None)``,
+        or as it calls ``NgramProposer``, with ``num_speculative_tokens`` first (at most
+        ``k``; fewer drafts per request then).  See :meth:`draft`.
+        """
+        if args and isinstance(args[0], (int, np.integer)) and not isinstance(args[0], bool):
+            k, rest = int(args[0]), args[1:]
+        else:
+            k, rest = None, args
+        if len(rest) != 3:
+            raise TypeError("propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, "
+                            f"slot_mappings=None) takes 3 arrays, got {len(rest)}")
+        return self.draft(*rest, num_speculative_tokens=k)
+
+    def draft(self, sampled_token_ids: Sequence[Sequence[int]], num_tokens_no_spec: Any,
+              token_ids_cpu: Any, *, num_speculative_tokens: int | None = None
+              ) -> list[list[int]]:
+        """Draft tokens per row: a list of at most ``k`` ints each (``[]``: no draft).
+
+        Parameters
+        ----------
+        sampled_token_ids : list of lists of int
+            Per row, the tokens the request emitted at the last step (accepted drafts + the
+            bonus token); empty for a row not drafting this step (a partial prefill).
+        num_tokens_no_spec : (>= rows,) int array
+            Per row, the length of the request's context (prompt + output so far).
+        token_ids_cpu : (>= rows, >= max length) int array
+            Row ``i``'s context in ``token_ids_cpu[i, :num_tokens_no_spec[i]]``.
+        num_speculative_tokens : int, optional
+            At most this many drafts per request (default ``k``).
+        """
+        k = self.num_speculative_tokens
+        if num_speculative_tokens is not None:
+            k = min(k, int(num_speculative_tokens))
+        b = len(sampled_token_ids)
+        if b == 0:
+            self._forget_all()
+            return []
+        ctx = token_ids_cpu if isinstance(token_ids_cpu, np.ndarray) else \
+            np.asarray(token_ids_cpu)
+        n = num_tokens_no_spec if isinstance(num_tokens_no_spec, np.ndarray) else \
+            np.asarray(num_tokens_no_spec, np.int64)
+        if b > self._owner.size:
+            self._grow(b)
+        emitted = np.fromiter(map(len, sampled_token_ids), np.int64, b)
+        owner = self._owner_new[:b]
+        matched = _kernels().recognise(ctx, n, emitted, b, self._owner, self._own_len,
+                                       self._own_fp, self._rows_known, owner)
+        if matched < self._known:  # a request moved to another row, or left
+            self._find_moved(ctx, n, emitted, owner)
+        drafter = self.drafter
+        pending = self._pending
+        own = owner.tolist()
+        em = emitted.tolist()
+        sizes = n[:b].tolist()
+        accept: dict[int, np.ndarray] = {}
+        fresh: list[int] = []
+        for row in range(b):
+            rid, e = own[row], em[row]
+            if rid < 0:
+                if e:
+                    fresh.append(row)
+                continue
+            if not e:
+                if rid in pending:  # proposed, then emitted nothing: start it afresh later
+                    self._finish(rid)
+                    own[row] = -1
+                continue
+            if rid in pending:
+                size = sizes[row]
+                accept[rid] = ctx[row, size - e:size]
+            else:  # tokens the drafter did not see proposed (e.g. past max_model_len)
+                self._finish(rid)
+                self.resyncs += 1
+                fresh.append(row)
+        if accept:
+            for rid in self._accept(accept):
+                row = own.index(rid)
+                own[row] = -1
+                fresh.append(row)
+            fresh.sort()
+        self._pending = {}
+        for row in fresh:  # new rows (and re-synchronised ones): the context but its last token
+            rid = self._next_id
+            self._next_id += 1
+            size = sizes[row]
+            drafter.add_request(rid, ctx[row, :size - 1], int(ctx[row, size - 1]))
+            own[row] = rid
+        limit = self.max_model_len
+        go = [row for row in range(b) if own[row] >= 0 and em[row] and sizes[row] < limit]
+        out: list[list[int]] = [[] for _ in range(b)]
+        if go and k > 0:
+            rids = [own[row] for row in go]
+            if self._auto:
+                batch = drafter.propose(rids, batch_size=b)
+            else:
+                batch = drafter.propose(rids)
+            counts = batch.num_drafts.tolist()
+            if self.costs is not None:
+                counts = self._cost_aware(counts, batch, b)
+            tokens = batch.tokens[:, 1:k + 1].tolist()
+            sent = {}
+            for j, row in enumerate(go):
+                c = min(counts[j], k, limit - sizes[row])
+                if c > 0:
+                    out[row] = tokens[j][:c]
+                sent[rids[j]] = c
+            self._pending = sent
+            self._last, self._last_row = batch, {rid: j for j, rid in enumerate(rids)}
+        owner[:] = own
+        _kernels().remember(ctx, n, owner, b, self._owner, self._own_len, self._own_fp)
+        self._rows_known = b
+        self._known = b - own.count(-1)
+        return out
+
+    def _find_moved(self, ctx: np.ndarray, n: np.ndarray, emitted: np.ndarray,
+                    owner: np.ndarray) -> None:
+        """Rows not matched in place: the known requests they hold (moved rows), by length and
+        fingerprint; known requests found in no row are finished."""
+        b = owner.size
+        prev = np.asarray(n[:b], np.int64) - emitted
+        known_rows = np.flatnonzero(self._owner[:self._rows_known] >= 0)
+        lost = set(self._owner[known_rows].tolist()) - set(owner[owner >= 0].tolist())
+        loose = np.flatnonzero((owner < 0) & (prev >= 1))
+        if lost and loose.size:
+            index: dict[tuple[int, bytes], list[int]] = {}
+            for j in known_rows.tolist():
+                rid = int(self._owner[j])
+                if rid in lost:
+                    index.setdefault((int(self._own_len[j]), self._own_fp[j].tobytes()),
+                                     []).append(rid)
+            fps = _fingerprints(ctx, loose, prev[loose])
+            for i, row in enumerate(loose.tolist()):
+                found = index.get((int(prev[row]), fps[i].tobytes()))
+                if found:
+                    rid = found.pop()
+                    owner[row] = rid
+                    lost.discard(rid)
+        for rid in sorted(lost):
+            self._finish(rid)
+
+    def _accept(self, accept: dict[int, np.ndarray]) -> list[int]:
+        """``accept`` the pending requests' emitted tokens; a request whose tokens are no path
+        of its chain + a bonus token is finished, to be added again from its context (its id
+        is returned)."""
+        if self.costs is not None:
+            for rid, toks in accept.items():
+                sent = self._pending.get(rid, 0)
+                self._sent += sent
+                self._accepted += min(sent, toks.size - 1)
+        try:
+            self.drafter.accept(accept)
+            return []
+        except ValueError:
+            pass
+        bad = []
+        for rid, toks in accept.items():
+            try:
+                self._check_chain(rid, toks)
+            except ValueError:
+                bad.append(rid)
+        for rid in bad:
+            del accept[rid]
+            self._finish(rid)
+            self.resyncs += 1
+        if accept:
+            self.drafter.accept(accept)
+        return bad
+
+    def _check_chain(self, rid: int, toks: np.ndarray) -> None:
+        """A ValueError unless ``toks`` is a path of the chain proposed for ``rid`` + a bonus
+        token (what ``Drafter.accept`` checks)."""
+        j = self._last_row.get(rid)
+        if j is None or self._last is None:
+            raise ValueError(rid)
+        chain = self._last.tokens[j, 1:1 + int(self._last.num_drafts[j])]
+        a = toks.size - 1
+        if a > chain.size or not np.array_equal(chain[:a], toks[:a]):
+            raise ValueError(rid)
+
+    def _cost_aware(self, counts: list[int], batch: Any, b: int) -> list[int]:
+        k = self.num_speculative_tokens
+        step = _step_ms(self.costs, b, k + 1)
+        lengths = np.minimum(np.array(counts, np.int64), k)
+        probs = None if batch.probs is None else batch.probs[:, 1:k + 1]
+        rate = (self._accepted + _PRIOR_ACCEPTED) / (self._sent + _PRIOR_SENT)
+        return choose_counts(lengths, probs, b, step, accept_rate=rate).tolist()
+
+    def _finish(self, rid: int) -> None:
+        self.drafter.finish(rid)
+        self._pending.pop(rid, None)
+
+    def _forget_all(self) -> None:
+        for rid in self.drafter.requests:
+            self.drafter.finish(rid)
+        self._pending = {}
+        self._rows_known = self._known = 0
+
+    def _grow(self, rows: int) -> None:
+        size = max(rows, 2 * self._owner.size)
+        self._owner = np.resize(self._owner, size)
+        self._owner_new = np.resize(self._owner_new, size)
+        self._own_len = np.resize(self._own_len, size)
+        self._own_fp = np.resize(self._own_fp, (size, _HEAD + _TAIL))
+
+    def __repr__(self) -> str:
+        return (f"Proposer(k={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "
+                f"requests={len(self.drafter.requests)}, "
+                f"cost_aware={self.costs is not None})")
