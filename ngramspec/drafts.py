@@ -361,14 +361,13 @@ class DraftBatch:
 
         Examples
         --------
-        >>> import numpy as np, ngramspec as ns
-        >>> d = ns.DraftBatch(np.array([[2, 4, 3, 7, 0]], dtype=np.int32),
-        ...                   np.array([[[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0],
-        ...                              [1, 0, 1, 1, 0], [1, 0, 0, 0, 1]]], dtype=bool),
-        ...                   np.array([3], dtype=np.int32))
+        >>> import ngramspec as ns
+        >>> cache = ns.NgramCache(draft_token_num=5, capacity=100)
+        >>> cache.insert([[2, 4], [2, 3, 7], [2, 3, 8]])
+        >>> d = cache.match([[2]])                 # root 2: children 4 and 3 (7, 8 below)
         >>> c = d.chains()
-        >>> c.tokens.tolist(), c.num_drafts.tolist(), c.parents.tolist()
-        ([[2, 3, 7, 0, 0]], [2], [[-1, 0, 1, 0, 0]])
+        >>> d.tokens.tolist(), c.tokens.tolist(), c.num_drafts.tolist(), c.parents.tolist()
+        ([[2, 4, 3, 7, 8]], [[2, 3, 7, 0, 0]], [2], [[-1, 0, 1, 0, 0]])
         """
         b, n = self.tokens.shape
         slots = self.chain_slots()
