@@ -524,6 +524,11 @@ class Drafter:
                                    [max_tokens] * len(keys), len(keys), "max_tokens",
                                    minimum=1)
                 lens = np.minimum(lens, cap)
+        self._accept_matrix(matrix, lens)
+
+    def _accept_matrix(self, matrix: np.ndarray, lens: np.ndarray) -> None:
+        """:meth:`accept` of the pending requests' emitted tokens as rows in batch order
+        (``matrix[b, :lens[b]]``; int32 matrix, int64 lengths, no other checks made yet)."""
         if v.first_negative(matrix) is not None:  # one reduction (rows are padded with 0)
             self._refuse_negative(matrix, lens)
         cfg = self.config

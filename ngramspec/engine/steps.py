@@ -20,7 +20,8 @@ import numpy as np
 
 from .._jit import jit
 
-__all__ = ["greedy_walk", "path_errors", "gather_tails", "append_rows", "accept_rows"]
+__all__ = ["greedy_walk", "path_errors", "gather_tails", "append_rows", "accept_rows",
+           "emitted_tails"]
 
 # accept_rows' outcomes (info[0]); info[1] is the row, or the width the store needs.
 ACCEPTED, NOT_A_PATH, TOO_LONG, NO_ROOM = 0, 1, 2, 3
@@ -173,3 +174,24 @@ def accept_rows(tokens, mask, emitted, lens, buf, size, steps, nsteps, slots, wh
         return
     append_rows(buf, size, steps, nsteps, slots, emitted, lens)
     info[0] = ACCEPTED
+
+
+@jit
+def emitted_tails(flat, offsets, lens, seen, matrix, new):
+    """What each request emitted since its last draft, read off the tail of its context (the
+    SGLang adapter): ``new[i] = lens[i] - seen[i]`` tokens, the last ones of
+    ``flat[offsets[i]:offsets[i + 1]]``, into ``matrix[i, :new[i]]`` (the rest 0).  Returns
+    False, with ``matrix`` unspecified, unless every ``1 <= new[i] <=`` the context's length
+    and the matrix's width."""
+    b, width = matrix.shape
+    for i in range(b):
+        k = lens[i] - seen[i]
+        end = offsets[i + 1]
+        if k < 1 or k > width or k > end - offsets[i]:
+            return False
+        new[i] = k
+        for j in range(k):
+            matrix[i, j] = flat[end - k + j]
+        for j in range(k, width):
+            matrix[i, j] = 0
+    return True

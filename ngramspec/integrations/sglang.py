@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 SEPARATOR_TOKEN = -(2**31)
 
 _EMPTY = np.zeros(0, np.int64)
+_INT = frozenset((int,))
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -233,7 +234,9 @@ class NgramCorpus:
         if not self._exact:
             self._drafter = Drafter(cache=self._cache, costs=costs)
             _warm_drafter(cfg, backend, costs)
-        self._seen: dict[Hashable, int] = {}  # request -> total length at its last draft
+        # The last draft's request ids and their total lengths then (int64, same order).
+        self._last_keys: list[Hashable] | None = None
+        self._last_lens = _EMPTY
         self._prompts: dict[Hashable, np.ndarray] = {}
         self._final: dict[Hashable, np.ndarray] = {}
 
@@ -282,8 +285,11 @@ class NgramCorpus:
         if self._exact:
             d = self._cache.match(batch_tokens, request_ids=req_ids, total_lens=total_lens)
         else:
-            d = self._step(req_ids, batch_tokens, total_lens)
-        return d.tokens.reshape(-1).astype(np.int64), d.mask.reshape(-1).astype(np.int64)
+            d = self._next_step(req_ids, batch_tokens, total_lens)
+            if d is None:
+                d = self._step(req_ids, batch_tokens, total_lens)
+        # (the raw arrays: the read-only views the properties make are not needed here)
+        return d._tokens.reshape(-1).astype(np.int64), d._mask.reshape(-1).astype(np.int64)
 
     def erase_match_state(self, req_ids: Sequence[Hashable]) -> None:
         """Forget these requests (their match states; beyond SGLang, their bookkeeping)."""
@@ -303,7 +309,7 @@ class NgramCorpus:
         self._cache.reset()
         if not self._exact:
             self._drafter = Drafter(cache=self._cache, costs=self._costs)
-        self._seen.clear()
+        self._last_keys = None
         self._final.clear()
 
     # ---- external corpora (SGLang's bookkeeping, ngramspec's automata) ------------------------
@@ -415,14 +421,41 @@ class NgramCorpus:
     # ---- the Drafter path ----------------------------------------------------------------------
 
     def _forget(self, key: Hashable) -> None:
-        self._seen.pop(key, None)
         self._prompts.pop(key, None)
         self._final.pop(key, None)
+
+    def _next_step(self, req_ids, batch_tokens, total_lens):
+        """The common step, without per-request Python work: the same requests as the last
+        draft, in the same order, each continuing it (its emitted tokens the tail of its
+        context, at most a tree's slots); None for anything else, which :meth:`_step` then
+        handles (nothing is changed before a refusal)."""
+        dr = self._drafter
+        keys = req_ids if type(req_ids) is list else list(req_ids)
+        if keys != self._last_keys or keys != dr._pend_keys or len(dr._slot) != len(keys) \
+                or not set(map(type, total_lens)) <= _INT:
+            return None
+        packed = _pack_windows(batch_tokens)
+        if packed is None:
+            return None
+        lens = np.fromiter(total_lens, np.int64, len(keys))
+        matrix = np.empty((len(keys), self.draft_token_num), np.int32)
+        new = np.empty(len(keys), np.int64)
+        if not _steps().emitted_tails(*packed, lens, self._last_lens, matrix, new):
+            return None
+        try:
+            dr._accept_matrix(matrix, new)
+        except ValueError:  # not a path of its tree: _step says so and restarts them
+            return None
+        drafts = dr.propose(keys)
+        self._last_lens = lens
+        return drafts
 
     def _step(self, req_ids, batch_tokens, total_lens):
         dr = self._drafter
         assert dr is not None
         keys = v.as_request_ids(list(req_ids), len(batch_tokens))
+        seen = {} if self._last_keys is None else dict(zip(self._last_keys,
+                                                           self._last_lens.tolist()))
         tails = v.as_contexts(batch_tokens, "batch_tokens")
         lens = v.as_total_lens(total_lens, tails)
         row = {k: i for i, k in enumerate(keys)}  # ids are unique (checked)
@@ -431,14 +464,14 @@ class NgramCorpus:
         for k in dr.pending:
             i = row.get(k)
             if i is not None:
-                new = int(lens[i]) - self._seen[k]
+                new = int(lens[i]) - seen[k]
                 if 1 <= new <= tails[i].size:
                     emitted[k] = tails[i][-new:]
                 else:  # not a continuation of its last draft: start it afresh
                     drop.append(k)
             elif k in self._final:
                 seq = self._final[k]
-                new = seq.size - self._seen[k]
+                new = seq.size - seen[k]
                 (emitted.__setitem__(k, seq[-new:]) if new >= 1 else drop.append(k))
                 leaving.append(k)
             else:
@@ -467,7 +500,8 @@ class NgramCorpus:
             if k not in known:
                 dr.add_request(k, *self._first_sequence(k, tails[i], int(lens[i])))
         drafts = dr.propose(list(keys))
-        self._seen.update(zip(keys, lens.tolist()))
+        self._last_keys = list(keys)
+        self._last_lens = lens.astype(np.int64)
         return drafts
 
     def _first_sequence(self, key: Hashable, tail: np.ndarray, total: int
@@ -480,6 +514,12 @@ class NgramCorpus:
             if 1 <= after <= tail.size:
                 return prompt, int(tail[tail.size - after])
         return tail[:-1], int(tail[-1])
+
+
+def _steps():
+    from ..engine import steps  # compiled on first use
+
+    return steps
 
 
 def _pack_windows(batch: Any) -> tuple[np.ndarray, np.ndarray] | None:
