@@ -28,6 +28,7 @@ shared machine: medians of single calls.
 
     python -m benchmarks.studies.vllm_proposer                 # the table
     python -m benchmarks.studies.vllm_proposer --k 5 --json out.json
+    python -m benchmarks.studies.vllm_proposer --preset recommended
 """
 
 from __future__ import annotations
@@ -236,10 +237,11 @@ def vllm_config(k: int, *, max_num_seqs: int, max_model_len: int = MAX_MODEL_LEN
               parallel_config=ns(tensor_parallel_size=1))
 
 
-def ours(k: int, concurrency: int) -> Propose:
+def ours(k: int, concurrency: int, preset: str | None = None) -> Propose:
+    """The proposer's ``propose`` with its default configuration (or ``preset``)."""
     from ngramspec.integrations.vllm import Proposer
 
-    p = Proposer(vllm_config(k, max_num_seqs=concurrency), environ={})
+    p = Proposer(vllm_config(k, max_num_seqs=concurrency), config=preset, environ={})
     return p.propose
 
 
@@ -251,13 +253,13 @@ def theirs(k: int, concurrency: int, min_n: int, max_n: int) -> Propose:
 
 
 def measure(rows: Sequence[dict], ks: Sequence[int] = KS,
-            concurrency: Sequence[int] = CONCURRENCY) -> dict:
+            concurrency: Sequence[int] = CONCURRENCY, preset: str | None = None) -> dict:
     """{(proposer, k, concurrency): (tokens per step, µs per request per call at that
     concurrency's full batch)}."""
     out = {}
     for k in ks:
         for c in concurrency:
-            makers = [("ngramspec", lambda: ours(k, c))] + [
+            makers = [("ngramspec", lambda: ours(k, c, preset))] + [
                 (label, lambda lo=lo, hi=hi: theirs(k, c, lo, hi))
                 for label, lo, hi in VLLM_SETTINGS]
             for label, make in makers:
@@ -271,12 +273,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--k", type=int, nargs="*", default=list(KS))
     ap.add_argument("--concurrency", type=int, nargs="*", default=list(CONCURRENCY))
     ap.add_argument("--part", default="holdout", choices=("tune", "holdout"))
+    ap.add_argument("--preset", help="ngramspec's configuration (default: the proposer's)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     from benchmarks.common import load_rows
 
     rows = split_streams(load_rows(), part=args.part)
-    res = measure(rows, args.k, args.concurrency)
+    res = measure(rows, args.k, args.concurrency, args.preset)
     labels = ["ngramspec"] + [lab for lab, _, _ in VLLM_SETTINGS]
     print(f"# {len(rows)} {args.part} streams; tokens per verify step (TPS) and propose's CPU "
           "time per request per call (median us at the concurrency's full batch)")

@@ -51,17 +51,16 @@ from typing import Any
 import numpy as np
 
 from ..config import PRESETS, VLLM_PROFILE, NgramConfig, toml_options
+from ..config_vllm import ENV_CONFIG, ENV_COSTS
 from ..drafter import Drafter
 
 __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config",
            "resolve_config", "choose_counts"]
 
-#: The environment variable holding the configuration as TOML text (``NgramConfig.to_toml()``).
-ENV_CONFIG = "NGRAMSPEC_VLLM_CONFIG"
+# ENV_CONFIG (``NGRAMSPEC_VLLM_CONFIG``): the configuration as TOML text; ENV_COSTS
+# (``NGRAMSPEC_VLLM_COSTS``): a cost table's CSV path.  Named once, in ngramspec.config_vllm.
 #: The environment variable naming a preset (one of :data:`ngramspec.config.PRESETS`).
 ENV_PRESET = "NGRAMSPEC_VLLM_PRESET"
-#: The environment variable holding the path of a cost table (CSV; :class:`~ngramspec.CostTable`).
-ENV_COSTS = "NGRAMSPEC_VLLM_COSTS"
 
 # The fingerprint of a context of length L: its first _HEAD tokens and the _TAIL before L
 # (positions clipped into 0 .. L - 1, so it depends on the context's first L tokens only).
