@@ -369,25 +369,20 @@ class DraftBatch:
         >>> d.tokens.tolist(), c.tokens.tolist(), c.num_drafts.tolist(), c.parents.tolist()
         ([[2, 4, 3, 7, 8]], [[2, 3, 7, 0, 0]], [2], [[-1, 0, 1, 0, 0]])
         """
-        b, n = self.tokens.shape
-        slots = self.chain_slots()
-        tokens = np.zeros((b, n), np.int32)
-        tokens[:, 0] = self.tokens[:, 0]
-        eye = np.eye(n, dtype=bool)
-        mask = np.broadcast_to(eye, (b, n, n)).copy()
-        mask[:, :, 0] = True
-        num = np.zeros(b, np.int32)
-        probs = None if self.probs is None else np.zeros((b, n), np.float64)
-        low = np.tri(n, n, 0, dtype=bool)
-        for r, s in enumerate(slots):
-            m = s.size
-            num[r] = m
-            tokens[r, 1:m + 1] = self.tokens[r, s]
-            mask[r, :m + 1, :m + 1] = low[:m + 1, :m + 1]
-            if probs is not None:
-                probs[r, 0] = self.probs[r, 0]
-                probs[r, 1:m + 1] = self.probs[r, s]
-        return DraftBatch._trusted(tokens, mask, num, probs)
+        from .engine.chains import cut_to_chains  # compiled on first use
+
+        tokens, mask, num = self._tokens, self._mask, self._num_drafts
+        b, n = tokens.shape
+        out_t = np.zeros((b, n), np.int32)
+        out_m = np.zeros((b, n, n), bool)
+        out_n = np.zeros(b, np.int32)
+        has = self._probs is not None
+        probs = self._probs if has else np.zeros((b, n), np.float64)
+        out_p = np.zeros((b, n), np.float64)
+        cut_to_chains(np.ascontiguousarray(tokens), np.ascontiguousarray(mask),
+                      np.ascontiguousarray(num), np.ascontiguousarray(probs, np.float64), has,
+                      out_t, out_m, out_n, out_p)
+        return DraftBatch._trusted(out_t, out_m, out_n, out_p if has else None)
 
     @cached_property
     def retrieve_index(self) -> np.ndarray:
