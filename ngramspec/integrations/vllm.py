@@ -449,6 +449,12 @@ class Proposer:
                 scratch.accept({r: [1] for r in rids})
             for r in rids:
                 scratch.finish(r)
+        ctx = np.ones((2, 40), np.int32)  # vLLM's dtypes: int32 contexts and lengths
+        n, emitted = np.full(2, 40, np.int32), np.ones(2, np.int64)
+        owner, own_len = np.zeros(2, np.int64), np.full(2, 39, np.int64)
+        fp = np.ones((2, _HEAD + _TAIL), np.int32)
+        _kernels().recognise(ctx, n, emitted, 2, owner, own_len, fp, 2, owner.copy())
+        _kernels().remember(ctx, n, owner, 2, owner, own_len, fp)
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to load (vLLM's runner calls this on every drafter that has it)."""
@@ -491,8 +497,7 @@ class Proposer:
         if num_speculative_tokens is not None:
             k = min(k, int(num_speculative_tokens))
         b = len(sampled_token_ids)
-        if b == 0:
-            self._forget_all()
+        if b == 0:  # no rows: nothing to draft (the requests that left go at the next call)
             return []
         ctx = token_ids_cpu if isinstance(token_ids_cpu, np.ndarray) else \
             np.asarray(token_ids_cpu)
@@ -648,18 +653,16 @@ class Proposer:
         self.drafter.finish(rid)
         self._pending.pop(rid, None)
 
-    def _forget_all(self) -> None:
-        for rid in self.drafter.requests:
-            self.drafter.finish(rid)
-        self._pending = {}
-        self._rows_known = self._known = 0
-
     def _grow(self, rows: int) -> None:
         size = max(rows, 2 * self._owner.size)
-        self._owner = np.resize(self._owner, size)
-        self._owner_new = np.resize(self._owner_new, size)
-        self._own_len = np.resize(self._own_len, size)
-        self._own_fp = np.resize(self._own_fp, (size, _HEAD + _TAIL))
+        old = self._owner.size
+
+        def grown(a: np.ndarray, fill: int) -> np.ndarray:
+            out = np.full((size,) + a.shape[1:], fill, a.dtype)
+            out[:old] = a
+            return out
+        self._owner, self._owner_new = grown(self._owner, -1), grown(self._owner_new, -1)
+        self._own_len, self._own_fp = grown(self._own_len, 0), grown(self._own_fp, 0)
 
     def __repr__(self) -> str:
         return (f"Proposer(k={self.num_speculative_tokens}, max_model_len={self.max_model_len}, "

@@ -76,11 +76,11 @@ class Reference:
 
 
 def drive(streams, *, k=5, concurrency=4, max_model_len=2048, abort=0.0, partial=0.0,
-          seed=0, config=None, max_output=150):
+          seed=0, config=None, max_output=150, max_num_seqs=None):
     sim = BatchSim(streams, concurrency=concurrency, max_model_len=max_model_len, abort=abort,
                    partial_prefill=partial, max_output=max_output, seed=seed)
-    p = Proposer(vllm_config(k, max_num_seqs=concurrency, max_model_len=max_model_len),
-                 config=config, environ={})
+    p = Proposer(vllm_config(k, max_num_seqs=max_num_seqs or concurrency,
+                             max_model_len=max_model_len), config=config, environ={})
     ref = Reference(p.config, k, max_model_len)
     ref.prompts = {r.sid: r.prompt for r in sim.queue}
     run = sim.run(p.propose, k, on_call=ref)
@@ -97,6 +97,13 @@ def test_drafts_equal_a_drafter_driven_with_ids(k, concurrency, abort, partial, 
     assert sum(run.sent) > 0 and run.tokens_per_step > 1.5
     # every request is finished once its row is gone (the last ones wait for a next call)
     assert len(p.drafter.requests) <= concurrency
+
+
+def test_more_rows_than_max_num_seqs():
+    """The row arrays grow past scheduler_config.max_num_seqs if a batch is larger."""
+    p, ref, run = drive(STREAMS[:10], k=4, concurrency=5, max_num_seqs=1, abort=0.05,
+                        max_output=60)
+    assert ref.checked > 20 and p.resyncs == 0
 
 
 def test_rows_moved_by_condense_are_recognised():
@@ -212,7 +219,9 @@ def test_num_speculative_tokens_first_and_empty_batch():
         n[0] += len(em)
         pos += len(em)
     assert some
-    assert full.propose([], n, ctx) == [] and not full.drafter.requests
+    assert full.propose([], n, ctx) == [] and len(full.drafter.requests) == 1
+    n[0] = 0
+    assert full.propose([[]], n, ctx) == [[]] and not full.drafter.requests  # its row is gone
     with pytest.raises(TypeError, match="takes 3 arrays"):
         full.propose([[1]], n)
 
