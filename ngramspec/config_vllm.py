@@ -13,7 +13,8 @@ import json
 import shlex
 from typing import Any, Callable
 
-__all__ = ["ENV_CONFIG", "ENV_COSTS", "PROPOSER", "speculative_config", "launch_line"]
+__all__ = ["ENV_CONFIG", "ENV_COSTS", "PROPOSER", "speculative_config", "launch_line",
+           "batch_schedule"]
 
 #: The environment variable that carries the configuration (TOML text) to vLLM's processes.
 ENV_CONFIG = "NGRAMSPEC_VLLM_CONFIG"
@@ -92,6 +93,30 @@ def speculative_config(config: Any) -> dict[str, Any]:
                          "chain=True (ngramspec's drafter in vLLM)")
     return {"method": "custom_class", "model": PROPOSER,
             "num_speculative_tokens": config.draft_token_num - 1}
+
+
+def batch_schedule(best_k: dict[int, int]) -> list[list[int]]:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` (dynamic speculative decoding, which
+    vLLM 0.33 applies to its n-gram proposer) from the best ``k`` at each simulated
+    concurrency (0: do not speculate there): level ``c_i`` covers the batch sizes
+    ``c_(i-1) + 1 .. c_i``, the first from 1, and vLLM carries the last one's ``k`` to every
+    larger batch; neighbours with the same ``k`` merge.
+
+    Examples
+    --------
+    >>> batch_schedule({1: 7, 8: 5, 16: 5, 48: 0})
+    [[1, 1, 7], [2, 16, 5], [17, 48, 0]]
+    """
+    out: list[list[int]] = []
+    start = 1
+    for level in sorted(best_k):
+        k = int(best_k[level])
+        if out and out[-1][2] == k:
+            out[-1][1] = level
+        else:
+            out.append([start, level, k])
+        start = level + 1
+    return out
 
 
 def launch_line(config: Any, *, toml_path: str | None = None) -> str:

@@ -6,13 +6,14 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from typing import Any, TextIO
 
 from ..config import NgramConfig
 from ..config_toml import render_ranking
-from ..config_vllm import ENV_CONFIG, launch_line, speculative_config
+from ..config_vllm import ENV_CONFIG, batch_schedule, launch_line, speculative_config
 from ..costs import (ENGINES, CostModel, CostTable, ServingPrediction, parse_concurrency,
                      verdict)
 from ..costs import speed_up_text
@@ -217,7 +218,8 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
             plot_sweep(results, args.plot, cost is not None, label)
         out.write(f"plot written to {args.plot}\n")
     if best_as is not None:
-        _write_best(args, out, results[0], base, best_as, cost, holdout)
+        _write_best(args, out, results[0], base, best_as, cost, holdout,
+                    _per_level_k(results, conc) if best_as == "vllm" else None)
     if results_file is not None:
         out.write(f"results in {args.out} ({len(done)} settings)\n")
     if failed:
@@ -286,8 +288,30 @@ def _ranking(args: argparse.Namespace, best: dict, cost: Any) -> dict[str, Any]:
     return ranking
 
 
+def _per_level_k(results: list[dict], conc: list[int]) -> dict[int, int] | None:
+    """For vLLM's n-gram priced at several concurrencies: at each level, the best
+    ``num_speculative_tokens`` among the settings that share the winner's other options (0
+    where none pays); None where that does not apply."""
+    best = results[0]
+    if len(conc) < 2 or best["options"].get("profile") != "vllm-0.33" or \
+            "speedup" not in best:
+        return None
+    rest = {k: v for k, v in best["options"].items() if k != "num_speculative_tokens"}
+    per: dict[int, int] = {}
+    for level in sorted({int(r["concurrency"]) for r in results}):
+        same = [r for r in results if int(r["concurrency"]) == level and
+                {k: v for k, v in r["options"].items() if k != "num_speculative_tokens"} == rest]
+        top = max(same, key=lambda r: r["speedup"], default=None)
+        if top is None:
+            return None
+        k = top["options"].get("num_speculative_tokens")
+        per[level] = int(k) if k is not None and top["speedup"] > 1 else 0
+    return per
+
+
 def _write_best(args: argparse.Namespace, out: TextIO, best: dict, base: dict[str, Any],
-                best_as: str, cost: Any, holdout: bool) -> None:
+                best_as: str, cost: Any, holdout: bool,
+                per_level: dict[int, int] | None = None) -> None:
     """The winner as TOML (with how it was ranked) or as SGLang's server flags (the plugin's
     launch line for settings beyond SGLang), printed and, with --best-out, written."""
     best_cfg = NgramConfig(**{**base, **best["options"]})
@@ -306,7 +330,7 @@ def _write_best(args: argparse.Namespace, out: TextIO, best: dict, base: dict[st
             out.write(f"\nbest setting as TOML (save it and pass --config FILE, alone or "
                       f"with --preset {preset}):\n" + text)
     elif best_as == "vllm":
-        text = _write_vllm(args, out, best_cfg, toml)
+        text = _write_vllm(args, out, best_cfg, toml, per_level)
     elif best_cfg.sglang_exact:
         text = sglang_flags(best_cfg.to_sglang_args()) + "\n"
         out.write("\nbest setting as SGLang server flags:\n" + text)
@@ -333,14 +357,26 @@ def _write_best(args: argparse.Namespace, out: TextIO, best: dict, base: dict[st
         out.write(f"best setting written to {args.best_out} ({how})\n")
 
 
-def _write_vllm(args: argparse.Namespace, out: TextIO, cfg: NgramConfig, toml: str) -> str:
+def _write_vllm(args: argparse.Namespace, out: TextIO, cfg: NgramConfig, toml: str,
+                per_level: dict[int, int] | None) -> str:
     """The winner for vLLM: vLLM's own n-gram is its ``--speculative-config`` alone (the text
-    written); ngramspec's chains are a TOML (written) and the line that hands it to
-    ``ngramspec.integrations.vllm.Proposer``."""
+    written; with several concurrencies, ``k`` per batch size as vLLM's dynamic speculative
+    decoding takes it); ngramspec's chains are a TOML (written) and the line that hands it
+    to ``ngramspec.integrations.vllm.Proposer``."""
     if cfg.vllm:
-        text = json.dumps(speculative_config(cfg)) + "\n"
+        spec = speculative_config(cfg)
+        if per_level is not None and len(set(per_level.values())) > 1 and \
+                max(per_level.values()) > 0:
+            spec["num_speculative_tokens"] = max(per_level.values())
+            spec["num_speculative_tokens_per_batch_size"] = batch_schedule(per_level)
+            levels = ", ".join(f"{k} at {c}" for c, k in sorted(per_level.items()))
+            out.write(f"\nbest num_speculative_tokens by concurrency (0: none pays): {levels}; "
+                      "vLLM's dynamic speculative decoding applies them by batch size "
+                      "(num_speculative_tokens_per_batch_size; the last carries on to larger "
+                      "batches)\n")
+        text = json.dumps(spec) + "\n"
         out.write(f"\nbest setting as vLLM's --speculative-config:\n{text}\nserve it with:\n"
-                  f"  {launch_line(cfg)}\n")
+                  f"  vllm serve MODEL --speculative-config {shlex.quote(text.strip())}\n")
         return text
     where = args.best_out or "best.toml"
     keep = (f"this TOML is written to {where}" if args.best_out else

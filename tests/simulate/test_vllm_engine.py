@@ -193,3 +193,29 @@ def test_engine_vllm_refuses_trees_and_best_as_vllm_needs_it(capsys):
         code, _ = run_cli(argv + ["--step-ms", "12", "--token-ms", "0.1", "--limit", "3"])
         err = capsys.readouterr().err
         assert code == 2 and words in err and "Traceback" not in err
+
+
+def test_best_as_vllm_gives_k_per_batch_size_at_several_concurrencies(tmp_path):
+    out = tmp_path / "best.json"
+    code, text = run_cli(["sweep", "--profile", "vllm-0.33", "--num-speculative-tokens",
+                          "2,7", "--prompt-lookup-min", "2", "--prompt-lookup-max", "5",
+                          "--engine", "vllm", "--step-ms", "12", "--token-ms", "0.5",
+                          "--concurrency", "1,8,32", "--limit", "40", "--best-as", "vllm",
+                          "--best-out", str(out)])
+    assert code == 0, text
+    written = json.loads(out.read_text())
+    rows = ns.read_streams(ns.streams.embedded_streams_path())[:40]
+    cost = CostModel(step_ms=12, token_ms=0.5)
+    best = {}
+    for c in (1, 8, 32):
+        ups = {k: predict_serving(ns.simulate(rows, config=ns.NgramConfig(
+            profile="vllm-0.33", prompt_lookup_min=2, prompt_lookup_max=5,
+            num_speculative_tokens=k), concurrency=c), cost, engine="vllm").speed_up
+            for k in (2, 7)}
+        k = max(ups, key=ups.get)
+        best[c] = k if ups[k] > 1 else 0
+    assert len(set(best.values())) > 1  # these streams and costs: k changes with the load
+    from ngramspec.config_vllm import batch_schedule
+
+    assert written["num_speculative_tokens_per_batch_size"] == batch_schedule(best)
+    assert written["num_speculative_tokens"] == max(best.values())
