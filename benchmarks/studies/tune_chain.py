@@ -79,10 +79,11 @@ def tune(rows: list[dict], make, grid: dict[str, tuple]) -> tuple[dict, dict[tup
     return best, scores
 
 
-def arctic_chain_tps(rows: list[dict], k: int) -> float | None:
+def arctic_chain_tps(rows: list[dict], k: int) -> tuple[float, float] | None:
     """Arctic's suffix decoding as vLLM runs it (``use_tree_spec=False``: a chain of at most
     ``k`` tokens; the other settings the peer's, Arctic's vLLM defaults), tokens per verify
-    step, requests one after another (its replay protocol); None where it does not build."""
+    step and draft tokens per step, requests one after another (its replay protocol); None
+    where it does not build."""
     try:
         from benchmarks.peers import arctic
         from benchmarks.peers.replay import replay
@@ -91,7 +92,9 @@ def arctic_chain_tps(rows: list[dict], k: int) -> float | None:
     except Exception as e:  # the peer is optional: cmake, g++ and the sdist
         print(f"(Arctic unavailable: {e})")
         return None
-    return sum(int(s.emitted.sum()) for s in stats) / sum(s.emitted.size for s in stats)
+    steps = sum(s.emitted.size for s in stats)
+    return (sum(int(s.emitted.sum()) for s in stats) / steps,
+            sum(int(s.real.sum()) for s in stats) / steps)
 
 
 def main() -> None:
@@ -131,13 +134,17 @@ def main() -> None:
         for c in CONCURRENCY:
             print(f"| {label} | {c} | {vf[c]['ups'][label]:.3f}x | {cf[c]['ups'][label]:.3f}x |")
     if args.arctic:
-        print("\n### Hold-out part: Arctic's suffix decoding in its chain mode (tokens per "
-              "verify step)\n")
+        print("\n### Hold-out part: Arctic's suffix decoding in its chain mode, requests one "
+              "after another, against ngramspec's chains at concurrency 1: tokens per verify "
+              "step (draft tokens per step)\n")
+        print("| k | Arctic chain | ngramspec chain | ratio |\n|---:|---:|---:|---:|")
         for k in KS:
-            tps = arctic_chain_tps(hold, k)
-            if tps is None:
+            arctic = arctic_chain_tps(hold, k)
+            if arctic is None:
                 break
-            print(f"k={k}: {tps:.3f}")
+            ours = figures(hold, chain_config(k, **opts))[1]
+            print(f"| {k} | {arctic[0]:.3f} ({arctic[1]:.2f}) | {ours['tps']:.3f} "
+                  f"({ours['drafts']:.2f}) | {ours['tps'] / arctic[0]:.2f} |")
 
 
 if __name__ == "__main__":
