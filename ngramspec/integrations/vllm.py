@@ -417,10 +417,7 @@ class Proposer:
             raise ValueError(f"min_expected_accept = \"auto\" needs step costs: set {ENV_COSTS} "
                              "to a cost table")
         drafter_costs = self.costs if auto else None
-        self._make = lambda cfg=self.config: Drafter(config=cfg, backend=backend,
-                                                     costs=drafter_costs)
-        self._warm(backend, drafter_costs)
-        self.drafter = self._make()
+        self.drafter = Drafter(config=self.config, backend=backend, costs=drafter_costs)
         self._next_id = 0
         cap = max(max_num_seqs, 1)
         self._owner = np.full(cap, -1, np.int64)        # request at each row (-1: none)
@@ -430,6 +427,8 @@ class Proposer:
         self._rows_known = 0                            # rows of the last call
         self._known = 0                                 # requests among them
         self._auto = self.config.min_expected_accept == "auto"
+        self._entries: dict[tuple[int, ...], tuple[Any, Any]] = {}
+        self._warm(backend, drafter_costs)
         self._pending: dict[int, int] = {}              # proposed at the last call: id -> sent
         self._sent = self._accepted = 0                 # drafts sent / accepted (cost-aware)
         self._last: Any = None                          # the last DraftBatch proposed
@@ -449,12 +448,20 @@ class Proposer:
                 scratch.accept({r: [1] for r in rids})
             for r in rids:
                 scratch.finish(r)
-        ctx = np.ones((2, 40), np.int32)  # vLLM's dtypes: int32 contexts and lengths
-        n, emitted = np.full(2, 40, np.int32), np.ones(2, np.int64)
-        owner, own_len = np.zeros(2, np.int64), np.full(2, 39, np.int64)
-        fp = np.ones((2, _HEAD + _TAIL), np.int32)
-        _kernels().recognise(ctx, n, emitted, 2, owner, own_len, fp, 2, owner.copy())
-        _kernels().remember(ctx, n, owner, 2, owner, own_len, fp)
+        ctx, n = np.ones((2, 40), np.int32), np.full(2, 40, np.int32)  # vLLM's dtypes
+        key = (ctx.dtype.num, ctx.flags.num, ctx.ndim, n.dtype.num, n.flags.num, n.ndim)
+        self._entries[key] = self._entry_points(ctx, n)
+
+    def _entry_points(self, ctx: np.ndarray, n: np.ndarray) -> tuple[Any, Any]:
+        """The two kernels compiled for these arrays' types, as entry points (no per-call
+        typing of the arguments; the cache in :meth:`draft` is keyed by those types)."""
+        from .._jit import entry_point
+
+        k = _kernels()
+        emitted, owner = np.ones(n.size, np.int64), np.zeros(n.size, np.int64)
+        return (entry_point(k.recognise, ctx, n, emitted, 1, owner, owner, self._own_fp, 1,
+                            owner),
+                entry_point(k.remember, ctx, n, owner, 1, owner, owner, self._own_fp))
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to load (vLLM's runner calls this on every drafter that has it)."""
@@ -507,8 +514,13 @@ class Proposer:
             self._grow(b)
         emitted = np.fromiter(map(len, sampled_token_ids), np.int64, b)
         owner = self._owner_new[:b]
-        matched = _kernels().recognise(ctx, n, emitted, b, self._owner, self._own_len,
-                                       self._own_fp, self._rows_known, owner)
+        key = (ctx.dtype.num, ctx.flags.num, ctx.ndim, n.dtype.num, n.flags.num, n.ndim)
+        calls = self._entries.get(key)
+        if calls is None:
+            calls = self._entries[key] = self._entry_points(ctx, n)
+        recognise, remember = calls
+        matched = recognise(ctx, n, emitted, b, self._owner, self._own_len, self._own_fp,
+                            self._rows_known, owner)
         if matched < self._known:  # a request moved to another row, or left
             self._find_moved(ctx, n, emitted, owner)
         drafter = self.drafter
@@ -571,7 +583,7 @@ class Proposer:
             self._pending = sent
             self._last, self._last_row = batch, {rid: j for j, rid in enumerate(rids)}
         owner[:] = own
-        _kernels().remember(ctx, n, owner, b, self._owner, self._own_len, self._own_fp)
+        remember(ctx, n, owner, b, self._owner, self._own_len, self._own_fp)
         self._rows_known = b
         self._known = b - own.count(-1)
         return out
