@@ -31,7 +31,7 @@ run's tokens per unit of time are the largest, not each step's).  The step costs
 step the predicted expected accept length beside the realised one, binned.
 
 This module lays the table out for the kernels (:func:`calibration_array`); the coefficients
-are fitted data (``ngramspec/_acceptance_table.py``, written by
+are fitted data (``ngramspec/data/acceptance_table.json``, written by
 ``benchmarks/studies/fit_acceptance.py``).  Step costs live in :mod:`ngramspec.costs`, the
 reliability replay in :mod:`ngramspec.reliability`.
 
@@ -54,22 +54,31 @@ array([3, 5], dtype=int32)
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ._acceptance_table import COEFFICIENTS, CONTEXT_EDGES, LEVEL_EDGES, TOTAL_EDGES
+__all__ = ["calibration_array", "TABLE_FILE"]
 
-__all__ = ["calibration_array"]
+#: The fitted table (data, not code: ``benchmarks/studies/fit_acceptance.py --write``).
+TABLE_FILE = Path(__file__).parent / "data" / "acceptance_table.json"
+
+
+def _fitted() -> dict[str, Any]:
+    with open(TABLE_FILE, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _table() -> np.ndarray:
-    nc, nt, nl = len(CONTEXT_EDGES), len(TOTAL_EDGES), len(LEVEL_EDGES)
-    coef = np.asarray(COEFFICIENTS, np.float64).reshape(-1)
+    fitted = _fitted()
+    edges = [fitted[k] for k in ("context_edges", "total_edges", "level_edges")]
+    nc, nt, nl = (len(e) for e in edges)
+    coef = np.asarray(fitted["coefficients"], np.float64).reshape(-1)
     if coef.size != 2 * 2 * nc * nt * nl * 2:
         raise RuntimeError("the acceptance table does not match its bin edges")
-    return np.concatenate([[nc, nt, nl], CONTEXT_EDGES, TOTAL_EDGES, LEVEL_EDGES,
-                           coef]).astype(np.float64)
+    return np.concatenate([[nc, nt, nl], *edges, coef]).astype(np.float64)
 
 
 _TABLE = _table()

@@ -313,9 +313,9 @@ def test_fitted_table_array_is_the_kernels_table():
     """``benchmarks.common.table_array`` (the tables cross-validation replays) lays a fit out
     as ``calibration_array`` does: the shipped coefficients give the shipped array."""
     from benchmarks import common as fit
-    from ngramspec._acceptance_table import COEFFICIENTS
+    from ngramspec.calibration_table import _fitted
 
-    assert_array_equal(fit.table_array(np.asarray(COEFFICIENTS)),
+    assert_array_equal(fit.table_array(np.asarray(_fitted()["coefficients"])),
                        calibration_array(ns.NgramConfig.preset("calibrated")))
 
 
