@@ -29,6 +29,7 @@ shared machine: medians of single calls.
     python -m benchmarks.studies.vllm_proposer                 # the table
     python -m benchmarks.studies.vllm_proposer --k 5 --json out.json
     python -m benchmarks.studies.vllm_proposer --preset recommended
+    python -m benchmarks.studies.vllm_proposer --k 5 --concurrency 1 8 48 --costs
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Run:
     sent: list = field(default_factory=list)      # drafts verified per decode step
     seconds: list = field(default_factory=list)   # per call
     rows: list = field(default_factory=list)      # rows drafting per call
+    steps: list = field(default_factory=list)     # per step: (decoding rows, tokens, emitted)
 
     @property
     def tokens_per_step(self) -> float:
@@ -98,6 +100,18 @@ class Run:
         s, r = np.array(self.seconds), np.array(self.rows)
         keep = (r > 0) if batch is None else (r == batch)
         return float(np.median(s[keep] / r[keep]) * 1e6) if keep.any() else float("nan")
+
+    def speed_up(self, table: Any) -> float:
+        """Predicted speed-up of the decode steps under vLLM's pricing, drafting left out:
+        a step of ``b`` decoding rows scheduling ``T`` tokens costs ``t(b, T / b)`` (linear
+        between integer token counts), against ``t(b, 1)`` per plain decode step."""
+        b, t, e = (np.array(x, np.float64) for x in zip(*self.steps))
+        x = t / b
+        lo = np.floor(x)
+        hi = np.minimum(lo + 1, table.tokens[-1])
+        w = x - lo
+        spec = (1 - w) * table.ms_array(b, lo) + w * table.ms_array(b, hi)
+        return float((e.sum() / spec.sum()) / (b.sum() / table.ms_array(b, np.ones_like(b)).sum()))
 
 
 class BatchSim:
@@ -185,6 +199,7 @@ class BatchSim:
             # The forward: prefill or verify every row, then the runner's bookkeeping.
             sampled: list[list[int]] = []
             first = []
+            decoding = scheduled = produced = 0
             for i, req in enumerate(rows):
                 assert req is not None
                 if req.prefill_wait:
@@ -202,12 +217,17 @@ class BatchSim:
                     em = ref[:a + 1]
                     res.emitted.append(int(em.size))
                     res.sent.append(len(d))
+                    decoding += 1
+                    scheduled += len(d) + 1
+                    produced += int(em.size)
                     if self.abort and self.rng.random() < self.abort:
                         req.aborted = True
                 req.pos += em.size
                 ctx[i, n[i]:n[i] + em.size] = em
                 n[i] += em.size
                 sampled.append(em.tolist())
+            if decoding:
+                res.steps.append((decoding, scheduled, produced))
             t0 = time.perf_counter()
             drafts = propose(sampled, n, ctx)
             dt = time.perf_counter() - t0
@@ -237,12 +257,48 @@ def vllm_config(k: int, *, max_num_seqs: int, max_model_len: int = MAX_MODEL_LEN
               parallel_config=ns(tensor_parallel_size=1))
 
 
-def ours(k: int, concurrency: int, preset: str | None = None) -> Propose:
-    """The proposer's ``propose`` with its default configuration (or ``preset``)."""
+def ours(k: int, concurrency: int, preset: str | None = None, costs: Any = None) -> Propose:
+    """The proposer's ``propose`` with its default configuration (or ``preset``), cost-aware
+    with ``costs``."""
     from ngramspec.integrations.vllm import Proposer
 
-    p = Proposer(vllm_config(k, max_num_seqs=concurrency), config=preset, environ={})
+    p = Proposer(vllm_config(k, max_num_seqs=concurrency), config=preset, costs=costs,
+                 environ={})
     return p.propose
+
+
+def cost_tables() -> list[tuple[str, Any]]:
+    """The illustrative costs of docs/vllm.md: a forward's fixed time plus a time per token."""
+    from ngramspec.costs import CostModel, CostTable
+
+    return [(f"12 ms + {tok} ms/token",
+             CostTable.from_model(CostModel(step_ms=12, token_ms=tok), max_batch=48,
+                                  max_tokens=8))
+            for tok in (0.1, 0.5)]
+
+
+def priced(rows: Sequence[dict], k: int = 5, concurrency: Sequence[int] = (1, 8, 48),
+           preset: str | None = None) -> list[tuple[str, int, str, float, float, float]]:
+    """(cost, concurrency, proposer, tokens per step, drafts per step, predicted speed-up) for
+    ngramspec without and with the cost table (without ``preset``, the cost-aware default
+    has calibrated estimates: shown without the table too), and vLLM's n-gram (5-5 and 1-3),
+    at ``k``."""
+    from ngramspec.integrations.vllm import default_config
+
+    out = []
+    for label, table in cost_tables():
+        for c in concurrency:
+            calibrated = preset or default_config(k, cost_aware=True)
+            makers = [("ngramspec", lambda: ours(k, c, preset)),
+                      ("ngramspec calibrated", lambda: ours(k, c, calibrated)),
+                      ("ngramspec cost-aware", lambda: ours(k, c, preset, table)),
+                      ("vllm 5-5", lambda: theirs(k, c, 5, 5)),
+                      ("vllm 1-3", lambda: theirs(k, c, 1, 3))]
+            for name, make in makers:
+                run = BatchSim(rows, concurrency=c).run(make(), k)
+                out.append((label, c, name, run.tokens_per_step,
+                            float(np.mean(run.sent)), run.speed_up(table)))
+    return out
 
 
 def theirs(k: int, concurrency: int, min_n: int, max_n: int) -> Propose:
@@ -274,6 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, nargs="*", default=list(CONCURRENCY))
     ap.add_argument("--part", default="holdout", choices=("tune", "holdout"))
     ap.add_argument("--preset", help="ngramspec's configuration (default: the proposer's)")
+    ap.add_argument("--costs", action="store_true",
+                    help="also: predicted speed-ups under two illustrative costs, with the "
+                         "cost-aware proposer (k = the first --k)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     from benchmarks.common import load_rows
@@ -295,6 +354,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k in args.k:
         for c in args.concurrency:
             print(f"k={k} conc={c}: {res[('ngramspec', k, c)][1] / res[('vllm 5-5', k, c)][1]:.2f}")
+    if args.costs:
+        print(f"# predicted speed-up of the decode steps (vLLM's pricing, drafting left out), "
+              f"k = {args.k[0]}")
+        for label, c, name, tps, sent, up in priced(rows, args.k[0], args.concurrency,
+                                                    preset=args.preset):
+            print(f"{label:22s} conc {c:3d}  {name:22s} {tps:6.3f} tokens/step "
+                  f"{sent:5.2f} drafts/step  {up:5.3f}x")
     if args.json:
         args.json.write_text(json.dumps(
             [{"proposer": lab, "k": k, "concurrency": c, "tokens_per_step": t, "us": us}

@@ -340,13 +340,16 @@ def test_cost_aware_proposer(tmp_path):
     dear = CostTable.from_model(CostModel(step_ms=0.001, token_ms=10), max_batch=8,
                                 max_tokens=8)
     flat = CostTable([(b, t, 10.0) for b in (1, 8) for t in (1, 8)])
-    _, _, run = drive(STREAMS[:6], k=4, concurrency=3, config=None)
+    calibrated = iv.default_config(4, cost_aware=True)
+    assert calibrated.calibrated_estimates and calibrated != iv.default_config(4)
+    _, _, run = drive(STREAMS[:6], k=4, concurrency=3, config=calibrated)
     sim = BatchSim(STREAMS[:6], concurrency=3, max_output=150)
     p = Proposer(vllm_config(4, max_num_seqs=3), costs=dear, environ={})
     none = sim.run(p.propose, 4)
     assert sum(none.sent) == 0 and none.tokens_per_step == 1.0
     sim = BatchSim(STREAMS[:6], concurrency=3, max_output=150)
     p = Proposer(vllm_config(4, max_num_seqs=3), costs=flat, environ={})
+    assert p.config == calibrated  # the default with costs: calibrated path probabilities
     ref = Reference(p.config, 4, 2048)
     ref.prompts = {r.sid: r.prompt for r in sim.queue}
     same = sim.run(p.propose, 4, on_call=ref)
