@@ -10,6 +10,9 @@
 :mod:`ngramspec.integrations.sglang_launch`
     Switching it on in SGLang's server (``ngramspec sglang-launch``, SGLang's plugin entry
     point); the one place that imports SGLang, and only when run.
+:mod:`ngramspec.integrations.vllm`
+    ``Proposer``: ngramspec's chains as vLLM 0.33's ``custom_class`` speculative proposer
+    (configured from the environment; imports nothing of vLLM).
 
 Nothing is imported here eagerly: ``import ngramspec`` never loads these modules.
 """
