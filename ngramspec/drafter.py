@@ -195,8 +195,7 @@ class Drafter:
         # The compiled replay's per-slot memory (engine.remembered) on the Numba backend, for
         # the exact counts and ADAPTIVE drafts of profile sglang-0.5.23.
         self._mem = None
-        if (cfg.profile == "sglang-0.5.23" and (self._exact or self._adaptive)
-                and self.cache._backend_name == "numba"):
+        if cfg.profile == "sglang-0.5.23" and self.cache._backend_name == "numba":
             from .engine.remembered import Remembered
 
             self._mem = Remembered(cfg, self._store.size.size, self._costs is not None)
@@ -371,6 +370,13 @@ class Drafter:
                 slot_arr = self._one_slot[slots[0]] = np.array(slots, np.int64)
             size = int(store.size[slots[0]])
             flat = store.buf[slots[0], max(0, size - length):size]
+            if self._early and self._mem is not None and not self.cache._corpora.active:
+                # the window inserted in the match's call: no hand-off to the insert thread
+                drafts = self._match_insert_one(flat, keys[0], size, slots[0])
+                if cfg.chain:  # a verifier of chains is sent one path per request
+                    drafts = drafts.chains()
+                self._pend(keys, slot_arr, drafts, None, None)
+                return drafts
             drafts = self.cache._match_one(flat, keys[0], size)
             if cfg.chain:  # a verifier of chains is sent one path per request
                 drafts = drafts.chains()
@@ -426,6 +432,24 @@ class Drafter:
                                     costs, backend.auto_rate)
         return DraftBatch._trusted(*out)
 
+    def _match_insert_one(self, ctx: np.ndarray, key: Hashable, total: int, slot: int
+                          ) -> DraftBatch:
+        """``early_insert`` at batch 1: the match and the insert of its window in one
+        compiled call (:func:`ngramspec.engine.remembered.match_insert_one`)."""
+        cache = self.cache
+        if cache._done != cache._queued or cache._errors:
+            cache.synchronize()
+        with cache._lock:
+            backend = cache._backend
+            row = backend._row_of(key)
+            while True:
+                eng, at = backend._engine_for(1)
+                if self._mem.match_insert(ctx, row, total, eng, at, slot):
+                    return DraftBatch._pooled(backend._pool, at, at + 1)
+                t = backend.trie
+                while t.alloc < min(t.capacity, int(self._mem.need[0])):
+                    t.grow()
+
     def _accept_counted(self, tokens: np.ndarray, mask: np.ndarray, matrix: np.ndarray,
                         lens: np.ndarray, where: np.ndarray, info: np.ndarray) -> None:
         """``accept_rows`` and the exact counts of the remembered state, in one call."""
@@ -445,7 +469,7 @@ class Drafter:
         """Record the proposal; 0.5.23's windows (the contexts matched, packed in ``flat``,
         which nothing writes again) go to the insert thread now with ``early_insert``."""
         windows = None
-        if self._windows and self.config.stateful:
+        if self._windows and self.config.stateful and flat is not None:
             if self._early:  # inserted while the caller's forward runs
                 self.cache._insert_packed(flat, offsets, wait=False)
             else:

@@ -41,13 +41,14 @@ from .._jit import entry_point, jit
 from ..config import NgramConfig
 from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .replay_kernel import _known_anchors
+from .batch import match_one
 from .steps import ACCEPTED, accept_rows
 from .tree import BUCKET_COUNTS
 from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, Trie, TrieArrays, build_lru, in_use,
                    insert_suffixes, reset_trie, unpack)
 
 __all__ = ["Remembered", "OwnTrie", "StepState", "propose_adaptive", "accept_and_count",
-           "count_step", "count_sequence", "SHARED_ROOM"]
+           "count_step", "count_sequence", "match_insert_one", "SHARED_ROOM"]
 
 # count_step's outcome: 0 done, else the trie that needs room first (-1 the shared one, else
 # 1 + slot), with the node slots it must have allocated in ``need[0]``.
@@ -69,25 +70,30 @@ class StepState(_structref.StructRefProxy):
     bundles, a typed list), ``path``/``need`` (work space), ADAPTIVE's ``params``, ``sc``,
     ``cal`` and ``saved`` (``min_expected_accept="auto"``'s rows), ``bc`` (bucket counts),
     and ``ints``: trie depth, capacity, match length, ``local_index``, nodes per step's
-    counted insert.  A plain namespace where the JIT is off."""
+    counted insert; ``pw``/``wepoch``: the same as ``pc``/``epoch`` for SGLang's window
+    inserts (batch 1, :func:`match_insert_one`).  A plain namespace where the JIT is off."""
 
 
-_STATE_FIELDS = ("pc", "mode", "clock", "epoch", "tries", "path", "need", "params", "sc", "cal",
-                 "saved", "bc", "ints")
+_STATE_FIELDS = ("pc", "mode", "clock", "epoch", "pw", "wepoch", "tries", "path", "need",
+                 "params", "sc", "cal", "saved", "bc", "ints")
 _structref.define_proxy(StepState, _StepStateType, list(_STATE_FIELDS))
 
 
 @jit
-def _new_state(pc, mode, clock, epoch, tries, path, need, params, sc, cal, saved, bc, ints):
-    return StepState(pc, mode, clock, epoch, tries, path, need, params, sc, cal, saved, bc, ints)
+def _new_state(pc, mode, clock, epoch, pw, wepoch, tries, path, need, params, sc, cal, saved, bc,
+               ints):
+    return StepState(pc, mode, clock, epoch, pw, wepoch, tries, path, need, params, sc, cal,
+                     saved, bc, ints)
 
 
 @jit
-def _set_rows(st, pc, mode, clock, epoch):
+def _set_rows(st, pc, mode, clock, epoch, pw, wepoch):
     st.pc = pc
     st.mode = mode
     st.clock = clock
     st.epoch = epoch
+    st.pw = pw
+    st.wepoch = wepoch
 
 
 @jit
@@ -164,6 +170,9 @@ class Remembered:
         self.mode = np.zeros(0, np.int64)
         self.clock = np.zeros(0, np.int64)
         self.epoch = np.zeros(0, np.int64)
+        self.pw = (np.zeros((0, depth, depth), np.int32), np.zeros((0, depth, depth), np.int64),
+                   np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self.wepoch = np.zeros(0, np.int64)
         self.tries: list[TrieArrays] = []
         self.path = np.zeros(depth, np.int32)
         self.need = np.zeros(1, np.int64)
@@ -188,8 +197,9 @@ class Remembered:
         self._grow_rows(rows)
         ints = np.asarray([depth, config.capacity, config.match_length, int(self.local),
                            self.per_count], np.int64)
-        fields = (self.pc, self.mode, self.clock, self.epoch, self.trie_list, self.path,
-                  self.need, params, sc, cal, self.saved, BUCKET_COUNTS, ints)
+        fields = (self.pc, self.mode, self.clock, self.epoch, self.pw, self.wepoch,
+                  self.trie_list, self.path, self.need, params, sc, cal, self.saved,
+                  BUCKET_COUNTS, ints)
         self.state = (_new_state(*fields) if _jit_on()
                       else SimpleNamespace(**dict(zip(_STATE_FIELDS, fields))))
 
@@ -202,8 +212,9 @@ class Remembered:
             return out
 
         self.pc = tuple(more(a) for a in self.pc)
-        self.mode, self.clock, self.epoch = (more(a) for a in (self.mode, self.clock,
-                                                                 self.epoch))
+        self.pw = tuple(more(a) for a in self.pw)
+        self.mode, self.clock, self.epoch, self.wepoch = (
+            more(a) for a in (self.mode, self.clock, self.epoch, self.wepoch))
         self.rows = rows
         if not self.local:
             return
@@ -222,10 +233,12 @@ class Remembered:
             return
         self._grow_rows(rows)
         if _jit_on():
-            _set_rows(self.state, self.pc, self.mode, self.clock, self.epoch)
+            _set_rows(self.state, self.pc, self.mode, self.clock, self.epoch, self.pw,
+                      self.wepoch)
         else:
-            self.state.pc, self.state.mode = self.pc, self.mode
-            self.state.clock, self.state.epoch = self.clock, self.epoch
+            st = self.state
+            st.pc, st.mode, st.clock, st.epoch = self.pc, self.mode, self.clock, self.epoch
+            st.pw, st.wepoch = self.pw, self.wepoch
 
     def start(self, buf: np.ndarray, size: np.ndarray, slot: int, count: int) -> None:
         """A new request in ``slot``: nothing remembered; with ``local``, its own trie emptied
@@ -233,6 +246,7 @@ class Remembered:
         kept as the list from the start if this insert alone could evict, else as touch
         stamps."""
         self.pc[3][slot] = 0
+        self.pw[3][slot] = 0
         self.clock[slot] = 0
         if not self.local:
             return
@@ -251,6 +265,8 @@ class Remembered:
                 break
             self.grow_trie(slot, 2 * t.alloc)
         self.clock[slot] = out[1]
+        # Room for the request's first steps now, at admission, rather than in their accepts.
+        self.grow_trie(slot, int(in_use(t.named())) + 8 * self.per_count)
 
     def grow_trie(self, slot: int, want: int) -> None:
         """Grow ``slot``'s own trie until ``want`` node slots are allocated (or its capacity)."""
@@ -308,6 +324,13 @@ class Remembered:
                 self.grow_trie(int(info[2]) - 1, want)
             cargs = (store.buf, store.size, slots, before, shared.packed, self.state)
             info[2] = self._entry("count", count_step, cargs)(*cargs)
+
+    def match_insert(self, ctx: np.ndarray, row: int, total: int, eng, at: int,
+                     slot: int) -> bool:
+        """:func:`match_insert_one` (False: the shared trie needs ``need[0]`` node slots
+        allocated first; nothing was done)."""
+        args = (ctx, row, total, eng, at, slot, self.state)
+        return self._entry("match_insert", match_insert_one, args)(*args)
 
     def own(self, slot: int) -> "OwnTrie":
         return OwnTrie(self, slot)
@@ -467,3 +490,28 @@ def count_sequence(seq, first, count_from, depth, capacity, mode, clock, trie, p
                                   clock, Trie(*trie), path, none, no_row)
     out[0] = stop
     out[1] = clock
+
+
+@jit(what="the step API's match and window insert")
+def match_insert_one(ctx, row, total, eng, at, slot, st):
+    """SGLang's stateful match of one request (:func:`~.batch.match_one` into pool row
+    ``at``), then the insert of the window it matched (``ctx``, the last tokens of the
+    request in store slot ``slot``, ``total`` tokens so far) into the shared trie, with the
+    remembered paths of that slot's last window insert: what the insert thread would do next
+    with ``early_insert``, without handing it over.  Returns False, having done nothing,
+    when the shared trie needs more node slots allocated first (``need[0]``)."""
+    t = unpack(eng.trie)
+    depth, capacity = st.ints[0], st.ints[1]
+    want = in_use(t) + depth * (depth + 1) // 2  # a window's new nodes, at most
+    if t.tok.size < min(capacity, want):
+        st.need[0] = want
+        return False
+    match_one(ctx, row, total, False, eng, at)
+    g_epoch = t.meta[M_EPOCH]
+    if st.wepoch[slot] != g_epoch:  # the trie was emptied since: its nodes are new
+        st.pw[3][slot] = 0
+        st.wepoch[slot] = g_epoch
+    zero = np.int64(0)
+    insert_suffixes(ctx, zero, total - ctx.size, zero, zero, depth, capacity, LRU_LIST, zero, t,
+                    st.path, st.pw, slot)
+    return True
