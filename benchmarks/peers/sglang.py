@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import types
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -176,6 +178,30 @@ def compile_library(lib: Path, sources: list[Path], what: str) -> Path:
         if old != lib and old.name.removesuffix(".so").split("-")[0] == family:
             old.unlink(missing_ok=True)
     return lib
+
+
+def exec_with_stubs(files: dict[str, Path], stubs: dict[str, types.ModuleType]
+                    ) -> dict[str, types.ModuleType]:
+    """Execute a wheel's Python files as modules (module name -> path; executed in that
+    order, each visible to the next) while ``stubs`` stand in for what they import of their
+    package; ``sys.modules`` is left as it was (an installed copy of the package included)."""
+    names = list(stubs) + list(files)
+    saved = {n: sys.modules[n] for n in names if n in sys.modules}
+    loaded: dict[str, types.ModuleType] = {}
+    try:
+        sys.modules.update(stubs)
+        for name, path in files.items():
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+            loaded[name] = mod
+    finally:
+        for n in names:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
+    return loaded
 
 
 def extract_from_wheel(version: str, dest: Callable[[str], Path | None], *,

@@ -24,9 +24,8 @@ array([1], dtype=int32)
 from __future__ import annotations
 
 import functools
-import importlib.util
+import importlib
 import logging
-import sys
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -98,24 +97,7 @@ def wheel_modules() -> dict[str, types.ModuleType]:
         except ImportError:
             raise PeerUnavailable(f"vLLM's ngram_proposer.py needs {dep}") from None
     paths = python_files()
-    stubs = _stubs()
-    names = list(stubs) + list(PY_FILES.values())
-    saved = {n: sys.modules[n] for n in names if n in sys.modules}
-    loaded: dict[str, types.ModuleType] = {}
-    try:
-        sys.modules.update(stubs)
-        for path_in_wheel, name in PY_FILES.items():
-            spec = importlib.util.spec_from_file_location(name, paths[path_in_wheel])
-            assert spec is not None and spec.loader is not None
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
-            loaded[name] = mod
-    finally:  # an installed vLLM, if any, is left as it was
-        for n in names:
-            sys.modules.pop(n, None)
-        sys.modules.update(saved)
-    return loaded
+    return base.exec_with_stubs({name: paths[f] for f, name in PY_FILES.items()}, _stubs())
 
 
 def ngram_module() -> types.ModuleType:

@@ -34,15 +34,6 @@ from ngramspec.reference.lookup import prompt_lookup
 pytestmark = pytest.mark.vllm
 
 
-@pytest.fixture(scope="module")
-def wheel():
-    try:
-        vllm_peer.wheel_modules()
-    except vllm_peer.PeerUnavailable as e:
-        pytest.skip(f"vLLM's wheel unavailable: {e}")
-    return vllm_peer
-
-
 def _wheel_lookup(context, min_n, max_n, k) -> np.ndarray:
     return vllm_peer.find_longest_matched_ngram()(np.asarray(context, dtype=np.int32), min_n,
                                                   max_n, vllm_peer.UNLIMITED, k)

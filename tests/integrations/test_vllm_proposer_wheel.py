@@ -27,15 +27,6 @@ PATH = "ngramspec.integrations.vllm.Proposer"
 STREAMS = ns.read_streams(embedded_streams_path())[:24]
 
 
-@pytest.fixture(scope="module")
-def wheel():
-    try:
-        vllm_peer.wheel_modules()
-    except vllm_peer.PeerUnavailable as e:
-        pytest.skip(f"vLLM's wheel unavailable: {e}")
-    return vllm_peer
-
-
 @pytest.mark.parametrize("k, concurrency", [(3, 1), (5, 8)])
 def test_wheel_loader_builds_the_proposer(wheel, monkeypatch, k, concurrency):
     monkeypatch.delenv("NGRAMSPEC_VLLM_CONFIG", raising=False)
