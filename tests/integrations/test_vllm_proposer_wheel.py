@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import ngramspec as ns
-from benchmarks.peers import vllm as vllm_peer
 from benchmarks.studies.vllm_proposer import BatchSim
 from ngramspec.integrations.vllm import Proposer
 from ngramspec.streams import embedded_streams_path
