@@ -403,6 +403,11 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
         (a bug).
     """
     rule = engine_of(engine)
+    if rule.mean_width:
+        raise ValueError(f"engine {rule.name!r}: check decodes in its own loop, whose forward "
+                         "pads every request to the widest; vLLM's steps (each request its own "
+                         "tokens) are not realised here: check the chains with engine "
+                         "'custom' (a custom loop), and price vLLM with simulate")
     config = NgramConfig() if config is None else config
     if not isinstance(config, NgramConfig):
         raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")

@@ -219,3 +219,11 @@ def test_best_as_vllm_gives_k_per_batch_size_at_several_concurrencies(tmp_path):
 
     assert written["num_speculative_tokens_per_batch_size"] == batch_schedule(best)
     assert written["num_speculative_tokens"] == max(best.values())
+
+
+def test_check_refuses_vllms_pricing_before_loading_anything():
+    from ngramspec.check import check_against_model
+
+    table = CostTable([(1, 1, 10.0), (1, 8, 14.0)])
+    with pytest.raises(ValueError, match="engine 'vllm': check decodes in its own loop"):
+        check_against_model("no/such/model", [], cost_table=table, engine="vllm")
