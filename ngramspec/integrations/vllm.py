@@ -42,9 +42,7 @@ and added again from its context.
 
 from __future__ import annotations
 
-import functools
 import os
-import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,9 +60,9 @@ __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config"
 #: The environment variable naming a preset (one of :data:`ngramspec.config.PRESETS`).
 ENV_PRESET = "NGRAMSPEC_VLLM_PRESET"
 
+_HEAD = _TAIL = 16  # equal halves: ngramspec.engine.rows reads them off the array
 # The fingerprint of a context of length L: its first _HEAD tokens and the _TAIL before L
 # (positions clipped into 0 .. L - 1, so it depends on the context's first L tokens only).
-_HEAD, _TAIL = 16, 16
 _HEAD_IDX = np.arange(_HEAD, dtype=np.int64)
 _TAIL_IDX = np.arange(-_TAIL, 0, dtype=np.int64)
 # Prior of the acceptance rate of sent drafts (cost-aware without path probabilities):
@@ -307,58 +305,6 @@ def choose_counts(lengths: np.ndarray, probs: np.ndarray | None, batch: int, ste
     return out
 
 
-@functools.cache
-def _kernels() -> Any:
-    """The two compiled helpers (compiled on first use, cached on disk)."""
-    from .._jit import jit
-
-    head, tail = _HEAD, _TAIL
-
-    @jit
-    def recognise(ctx, n, emitted, b, owner, own_len, own_fp, rows_known, out):
-        """``out[i]``: the request row ``i`` held at the last call if its context less the
-        tokens just emitted has that request's length and fingerprint, else -1; returns how
-        many rows matched."""
-        matched = 0
-        for i in range(b):
-            out[i] = -1
-            if i >= rows_known or owner[i] < 0:
-                continue
-            size = n[i] - emitted[i]
-            if size < 1 or size != own_len[i]:
-                continue
-            same = True
-            for j in range(head):
-                if ctx[i, min(j, size - 1)] != own_fp[i, j]:
-                    same = False
-                    break
-            if same:
-                for j in range(tail):
-                    if ctx[i, max(size - tail + j, 0)] != own_fp[i, head + j]:
-                        same = False
-                        break
-            if same:
-                out[i] = owner[i]
-                matched += 1
-        return matched
-
-    @jit
-    def remember(ctx, n, owner, b, own, own_len, own_fp):
-        """Store each row's request, context length and fingerprint."""
-        for i in range(b):
-            own[i] = owner[i]
-            size = n[i]
-            own_len[i] = size
-            if owner[i] < 0 or size < 1:
-                continue
-            for j in range(head):
-                own_fp[i, j] = ctx[i, min(j, size - 1)]
-            for j in range(tail):
-                own_fp[i, head + j] = ctx[i, max(size - tail + j, 0)]
-
-    return types.SimpleNamespace(recognise=recognise, remember=remember)
-
-
 def _fingerprints(ctx: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """(len(rows), _HEAD + _TAIL) tokens identifying each row's first ``lengths`` tokens."""
     last = np.maximum(lengths - 1, 0)[:, None]
@@ -475,7 +421,8 @@ class Proposer:
         typing of the arguments; the cache in :meth:`draft` is keyed by those types)."""
         from .._jit import entry_point
 
-        k = _kernels()
+        from ..engine import rows as k  # compiled on first use
+
         emitted, owner = np.ones(n.size, np.int64), np.zeros(n.size, np.int64)
         return (entry_point(k.recognise, ctx, n, emitted, 1, owner, owner, self._own_fp, 1,
                             owner),
