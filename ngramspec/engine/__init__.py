@@ -13,7 +13,8 @@ Modules by topic: :mod:`.trie`, :mod:`.match` (anchors), :mod:`.tree` (BFS/PROB 
 the layout), :mod:`.adaptive`, :mod:`.batch` (the backend's match kernels) and
 :mod:`.backend`, :mod:`.automaton`, :mod:`.corpus_tree` and :mod:`.sam` (external corpora),
 :mod:`.replay_kernel` and its driver :mod:`.replay`, :mod:`.steps`, :mod:`.export`,
-:mod:`.integrity`.
+:mod:`.integrity`; for vLLM, :mod:`.lookup` (its n-gram proposer and its replay),
+:mod:`.chains` (trees cut to chains) and :mod:`.rows` (its input batch's rows recognised).
 """
 
 from .backend import EngineBackend
