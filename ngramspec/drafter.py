@@ -199,6 +199,8 @@ class Drafter:
             from .engine.remembered import Remembered
 
             self._mem = Remembered(cfg, self._store.size.size, self._costs is not None)
+            if cache is None:  # its own trie: the LRU order as stamps until it could evict
+                self.cache._backend.keep_stamps()
         # The last proposal not yet accepted: ids, rows, their rows in the drafts, windows.
         self._pend_keys: list[Hashable] = []
         self._pend_slots = self._pend_rows = _NONE
@@ -444,7 +446,7 @@ class Drafter:
             row = backend._row_of(key)
             while True:
                 eng, at = backend._engine_for(1)
-                if self._mem.match_insert(ctx, row, total, eng, at, slot):
+                if self._mem.match_insert(ctx, row, total, eng, at, slot, backend.lru):
                     return DraftBatch._pooled(backend._pool, at, at + 1)
                 t = backend.trie
                 while t.alloc < min(t.capacity, int(self._mem.need[0])):
@@ -456,13 +458,13 @@ class Drafter:
         cache = self.cache
         if self.config.local_index:  # the shared trie is not touched
             self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,
-                             where, info, cache._backend.trie)
+                             where, info, cache._backend.trie, cache._backend.lru)
             return
         if cache._done != cache._queued or cache._errors:
             cache.synchronize()
         with cache._lock:
             self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,
-                             where, info, cache._backend.trie)
+                             where, info, cache._backend.trie, cache._backend.lru)
 
     def _pend(self, keys: list[Hashable], slots: np.ndarray, drafts: DraftBatch,
               flat: np.ndarray, offsets: np.ndarray) -> None:

@@ -19,7 +19,8 @@ from .batch import (POOL_ROWS, _set_pool, make_corpus_engine, make_engine, match
 from .match import States, new_states
 from .sam import grow_walks
 from .tree import BUCKET_COUNTS, scratch_sizes
-from .trie import M_EPOCH, M_SIZE, TrieArrays, insert_kernel
+from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_FREETOP, M_SIZE, M_UNUSED, TrieArrays,
+                   build_lru, insert_kernel)
 
 __all__ = ["EngineBackend"]
 
@@ -62,6 +63,11 @@ class EngineBackend:
     def __init__(self, config: NgramConfig) -> None:
         self.config = config
         self.trie = TrieArrays(config.capacity)
+        # How the trie keeps its LRU order (trie.insert_suffixes): the list, or touch stamps
+        # (keep_stamps) until an insert could evict; the touch clock; how many times stamps
+        # became the list (a Drafter's remembered nodes carry no versions before that).
+        self.lru = np.array([LRU_LIST, 0, 0], np.int64)
+        self._stamps = False
         self._path = np.zeros(config.trie_depth, np.int32)
         # Suffix starts an insert skips at the end: none in 0.5.23, min_match_window_size in 0.5.9.
         self.insert_skip = 0 if config.stateful else int(config.min_match_window_size or 0)
@@ -147,6 +153,34 @@ class EngineBackend:
         self._last_rows = np.asarray(rows, np.int64)
         return self._last_rows
 
+    # The LRU order ---------------------------------------------------------------------------
+
+    def keep_stamps(self) -> bool:
+        """Keep the LRU order as touch stamps (cheaper inserts) until an insert could evict,
+        then as the list; possible only on a trie that was never written (a Drafter's own
+        cache).  Whatever reads the order (eviction, export, integrity) gets the list first,
+        the very one the linked moves would have made (:func:`~.trie.build_lru`)."""
+        m = self.trie.meta
+        if m[M_UNUSED] != 1 or m[M_FREETOP] != 0:
+            return False
+        self._stamps = True
+        self.lru[0] = LRU_STAMPS
+        self.lru[1] = 0
+        return True
+
+    def lru_list(self) -> None:
+        """The LRU order as the list from here on."""
+        if self.lru[0] == LRU_STAMPS:
+            build_lru(self.trie.named())
+            self.lru[0] = LRU_LIST
+            self.lru[2] += 1
+
+    def _room(self, new_nodes: int) -> None:
+        """The list before an insert of at most ``new_nodes`` nodes that could evict."""
+        if self.lru[0] == LRU_STAMPS and \
+                self.trie.meta[M_SIZE] + new_nodes > self.config.capacity:
+            self.lru_list()
+
     # Operations --------------------------------------------------------------------------
 
     def _insert(self, sequences: Sequence[np.ndarray], starts_from: int,
@@ -159,8 +193,9 @@ class EngineBackend:
                   else np.asarray([count_from[i] for i in keep], np.int64))
         pos = np.zeros(2, np.int64)
         t = self.trie
+        self._room(flat.size * self.config.trie_depth)
         while not insert_kernel(flat, offsets, starts_from, counts, self.config.trie_depth,
-                                self.config.capacity, t.bundle, self._path, pos):
+                                self.config.capacity, t.bundle, self._path, pos, self.lru):
             t.grow()
 
     def insert(self, sequences: Sequence[np.ndarray], starts_from: int | None = None) -> None:
@@ -175,8 +210,9 @@ class EngineBackend:
         if counts.size < offsets.size - 1:
             counts = self._zero_counts = np.zeros(2 * offsets.size, np.int64)
         t = self.trie
+        self._room(flat.size * self.config.trie_depth)
         args = (flat, offsets, self.insert_skip, counts, self.config.trie_depth,
-                self.config.capacity, t.bundle, self._path, pos)
+                self.config.capacity, t.bundle, self._path, pos, self.lru)
         kernel = self._insert_entry
         if kernel is None:  # (a Drafter's windows: always the same types)
             kernel = self._insert_entry = entry_point(insert_kernel, *args)
@@ -464,6 +500,9 @@ class EngineBackend:
 
     def reset(self) -> None:
         self.trie.reset()
+        if self._stamps:  # an empty trie: stamps again
+            self.lru[0] = LRU_STAMPS
+            self.lru[1] = 0
         self.auto_rate[:] = 0.0
         self._rows.clear()
         self._last_keys = None
@@ -482,6 +521,7 @@ class EngineBackend:
         """Raise :class:`~ngramspec.errors.IntegrityError` if an invariant is broken."""
         from .integrity import check_states, check_trie
 
+        self.lru_list()
         check_states(self, check_trie(self.trie, self.config.trie_depth))
 
     # Canonical content ---------------------------------------------------------------------
@@ -491,6 +531,7 @@ class EngineBackend:
         nodes in global LRU order, match states sorted by ``(isinstance(id, str), id)``."""
         from .export import export_states, export_trie
 
+        self.lru_list()
         token, parent, freq, number = export_trie(self.trie)
         if not self.config.stateful:  # 0.5.9 matches statelessly: no states to keep
             return CanonicalContent(int(self.trie.meta[M_EPOCH]), token, parent, freq, [],

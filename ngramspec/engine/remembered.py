@@ -306,14 +306,14 @@ class Remembered:
 
     def accept(self, drafts: tuple, emitted: np.ndarray, lens: np.ndarray, store,
                slots: np.ndarray, where: np.ndarray, info: np.ndarray,
-               shared: TrieArrays | None) -> None:
+               shared: TrieArrays | None, lru: np.ndarray) -> None:
         """:func:`accept_and_count` (``shared`` None: no counts), then the counts again after
         growing the tries it asked room in; ``info`` as :func:`~.steps.accept_rows`."""
         before = np.empty(slots.size, np.int64)
         tokens, mask = drafts
         bundle = shared.packed if shared is not None else None
         args = (tokens, mask, emitted, lens, store.buf, store.size, store.steps, store.nsteps,
-                slots, where, info, before, bundle, self.state)
+                slots, where, info, before, bundle, self.state, lru)
         accept_and_count(*args)  # (the caller's arrays: typed per call)
         while info[0] == ACCEPTED and info[2] != 0:
             want = int(self.need[0])
@@ -322,14 +322,14 @@ class Remembered:
                     shared.grow()
             else:
                 self.grow_trie(int(info[2]) - 1, want)
-            cargs = (store.buf, store.size, slots, before, shared.packed, self.state)
+            cargs = (store.buf, store.size, slots, before, shared.packed, self.state, lru)
             info[2] = self._entry("count", count_step, cargs)(*cargs)
 
     def match_insert(self, ctx: np.ndarray, row: int, total: int, eng, at: int,
-                     slot: int) -> bool:
+                     slot: int, lru: np.ndarray) -> bool:
         """:func:`match_insert_one` (False: the shared trie needs ``need[0]`` node slots
         allocated first; nothing was done)."""
-        args = (ctx, row, total, eng, at, slot, self.state)
+        args = (ctx, row, total, eng, at, slot, self.state, lru)
         return self._entry("match_insert", match_insert_one, args)(*args)
 
     def own(self, slot: int) -> "OwnTrie":
@@ -403,7 +403,21 @@ def propose_adaptive(buf, size, slots, shared, st, costs, rate, tokens, mask, nu
 
 
 @jit
-def _count(buf, size, slots, before, shared, st):
+def _shared_key(t, lru, new_nodes, capacity):
+    """Before an insert of at most ``new_nodes`` nodes into the shared trie ``t`` (``lru``:
+    its LRU mode, clock and list switches, as :class:`~.backend.EngineBackend` keeps them):
+    the list from the first insert that could evict on; returns the key remembered nodes of
+    the shared trie are valid under (its epoch and list switches: nodes remembered under
+    stamps carry no versions)."""
+    if lru[0] == LRU_STAMPS and t.meta[M_SIZE] + new_nodes > capacity:
+        build_lru(t)
+        lru[0] = LRU_LIST
+        lru[2] += 1
+    return (t.meta[M_EPOCH] << 24) + lru[2]
+
+
+@jit
+def _count(buf, size, slots, before, shared, st, lru):
     """:func:`count_step`'s work (``shared``: the packed shared trie)."""
     t = unpack(shared)
     depth, capacity = st.ints[0], st.ints[1]
@@ -425,7 +439,9 @@ def _count(buf, size, slots, before, shared, st):
             st.need[0] = want
             return SHARED_ROOM
     zero = np.int64(0)
-    g_epoch = t.meta[M_EPOCH]
+    key = zero
+    if not use_local:
+        key = _shared_key(t, lru, b_n * per_count, capacity)
     for b in range(b_n):
         s = slots[b]
         start = before[b]
@@ -443,16 +459,16 @@ def _count(buf, size, slots, before, shared, st):
             l_clock[s] = insert_suffixes(seq, zero, lo, zero, start - lo, depth, capacity,
                                          l_mode[s], l_clock[s], lt, path, pc, s)[1]
         else:
-            if epoch[s] != g_epoch:  # the shared trie was emptied since: its nodes are new
+            if epoch[s] != key:  # emptied, or become the list, since
                 pc[3][s] = 0
-                epoch[s] = g_epoch
-            insert_suffixes(seq, zero, lo, zero, start - lo, depth, capacity, LRU_LIST, zero, t,
-                            path, pc, s)
+                epoch[s] = key
+            lru[1] = insert_suffixes(seq, zero, lo, zero, start - lo, depth, capacity, lru[0],
+                                     lru[1], t, path, pc, s)[1]
     return 0
 
 
 @jit(what="the step API's counted inserts")
-def count_step(buf, size, slots, before, shared, st):
+def count_step(buf, size, slots, before, shared, st, lru):
     """Count once every n-gram of each slot's row that ends at ``before[b]`` or later (the
     tokens ``accept`` just appended), into its own trie (``local_index``) or the ``shared``
     trie (packed), with the remembered paths of its last counted insert.
@@ -461,12 +477,12 @@ def count_step(buf, size, slots, before, shared, st):
     ``ints[4]`` nodes per request): if one has not, returns its code (``SHARED_ROOM``, or
     ``1 + slot``) with the node slots wanted in ``need[0]``, having changed nothing; the
     caller grows it and calls again.  Returns 0 when done."""
-    return _count(buf, size, slots, before, shared, st)
+    return _count(buf, size, slots, before, shared, st, lru)
 
 
 @jit(what="the step API's accept")
 def accept_and_count(tokens, mask, emitted, lens, buf, size, steps, nsteps, slots, where, info,
-                     before, shared, st):
+                     before, shared, st, lru):
     """:func:`~.steps.accept_rows` (``info[0]``, ``info[1]``), then, once the tokens are
     appended and with ``shared`` (packed; None: no counts), :func:`count_step` from each
     row's size before (kept in ``before``), its code in ``info[2]``."""
@@ -475,7 +491,7 @@ def accept_and_count(tokens, mask, emitted, lens, buf, size, steps, nsteps, slot
     info[2] = 0
     accept_rows(tokens, mask, emitted, lens, buf, size, steps, nsteps, slots, where, info)
     if shared is not None and info[0] == ACCEPTED:
-        info[2] = _count(buf, size, slots, before, shared, st)
+        info[2] = _count(buf, size, slots, before, shared, st, lru)
 
 
 @jit(what="the step API's counted inserts")
@@ -493,7 +509,7 @@ def count_sequence(seq, first, count_from, depth, capacity, mode, clock, trie, p
 
 
 @jit(what="the step API's match and window insert")
-def match_insert_one(ctx, row, total, eng, at, slot, st):
+def match_insert_one(ctx, row, total, eng, at, slot, st, lru):
     """SGLang's stateful match of one request (:func:`~.batch.match_one` into pool row
     ``at``), then the insert of the window it matched (``ctx``, the last tokens of the
     request in store slot ``slot``, ``total`` tokens so far) into the shared trie, with the
@@ -507,11 +523,11 @@ def match_insert_one(ctx, row, total, eng, at, slot, st):
         st.need[0] = want
         return False
     match_one(ctx, row, total, False, eng, at)
-    g_epoch = t.meta[M_EPOCH]
-    if st.wepoch[slot] != g_epoch:  # the trie was emptied since: its nodes are new
+    key = _shared_key(t, lru, depth * (depth + 1) // 2, capacity)
+    if st.wepoch[slot] != key:  # emptied, or become the list, since
         st.pw[3][slot] = 0
-        st.wepoch[slot] = g_epoch
+        st.wepoch[slot] = key
     zero = np.int64(0)
-    insert_suffixes(ctx, zero, total - ctx.size, zero, zero, depth, capacity, LRU_LIST, zero, t,
-                    st.path, st.pw, slot)
+    lru[1] = insert_suffixes(ctx, zero, total - ctx.size, zero, zero, depth, capacity, lru[0],
+                             lru[1], t, st.path, st.pw, slot)[1]
     return True

@@ -458,9 +458,12 @@ def build_lru(t):
 
 
 @jit(what="the trie insert kernel")
-def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, trie, path, pos):
+def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, trie, path, pos,
+                  lru):
     """Insert every sequence ``flat[offsets[s]:offsets[s+1]]`` in order, SGLang's way
-    (:func:`insert_suffixes`, keeping the LRU list).
+    (:func:`insert_suffixes`; ``lru``: int64 ``[mode, clock, ...]``, how the trie keeps its
+    LRU order (``LRU_LIST``, or ``LRU_STAMPS`` when the caller has made sure that this call
+    cannot evict) and its touch clock, updated).
 
     Suffix starts are every ``i`` with ``i + starts_from < len`` (0 = every suffix, the last
     token alone included).  Only the tokens at positions ``>= count_from[s]`` of sequence ``s``
@@ -474,12 +477,12 @@ def insert_kernel(flat, offsets, starts_from, count_from, max_depth, capacity, t
     none = (np.empty((1, 1, 1), np.int32), np.empty((1, 1, 1), np.int64),
             np.empty(1, np.int64), np.empty(1, np.int64))
     # int64, not literal, arguments: Numba compiles a callee once per literal value.
-    zero, mode, no_row = np.int64(0), np.int64(LRU_LIST), np.int64(-1)
+    zero, mode, no_row = np.int64(0), lru[0], np.int64(-1)
     for s in range(pos[0], offsets.size - 1):
         seq = flat[offsets[s]:offsets[s + 1]]
         first = pos[1] if s == pos[0] else 0
-        stop = insert_suffixes(seq, first, zero, starts_from, count_from[s], max_depth, capacity,
-                               mode, zero, t, path, none, no_row)[0]
+        stop, lru[1] = insert_suffixes(seq, first, zero, starts_from, count_from[s], max_depth,
+                                       capacity, mode, lru[1], t, path, none, no_row)
         if stop < seq.size - starts_from:
             pos[0] = s
             pos[1] = stop
