@@ -41,14 +41,15 @@ from .._jit import entry_point, jit
 from ..config import NgramConfig
 from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .replay_kernel import _known_anchors
-from .batch import match_one
+from .batch import match_one, match_pooled
 from .steps import ACCEPTED, accept_rows
 from .tree import BUCKET_COUNTS
 from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, Trie, TrieArrays, build_lru, in_use,
                    insert_suffixes, reset_trie, unpack)
 
 __all__ = ["Remembered", "OwnTrie", "StepState", "propose_adaptive", "accept_and_count",
-           "count_step", "count_sequence", "match_insert_one", "SHARED_ROOM"]
+           "count_step", "count_sequence", "match_insert_one", "match_insert_batch",
+           "SHARED_ROOM"]
 
 # count_step's outcome: 0 done, else the trie that needs room first (-1 the shared one, else
 # 1 + slot), with the node slots it must have allocated in ``need[0]``.
@@ -332,6 +333,13 @@ class Remembered:
         args = (ctx, row, total, eng, at, slot, self.state, lru)
         return self._entry("match_insert", match_insert_one, args)(*args)
 
+    def match_insert_batch(self, flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
+                           lens: np.ndarray, eng, at: int, slots: np.ndarray,
+                           lru: np.ndarray) -> bool:
+        """:func:`match_insert_batch` (False: as :meth:`match_insert`)."""
+        args = (flat, offsets, rows, lens, eng, at, slots, self.state, lru)
+        return self._entry("match_insert_batch", match_insert_batch, args)(*args)
+
     def own(self, slot: int) -> "OwnTrie":
         return OwnTrie(self, slot)
 
@@ -530,4 +538,32 @@ def match_insert_one(ctx, row, total, eng, at, slot, st, lru):
     zero = np.int64(0)
     lru[1] = insert_suffixes(ctx, zero, total - ctx.size, zero, zero, depth, capacity, lru[0],
                              lru[1], t, st.path, st.pw, slot)[1]
+    return True
+
+
+@jit(what="the step API's match and window insert")
+def match_insert_batch(flat, offsets, rows, lens, eng, at, slots, st, lru):
+    """:func:`match_insert_one` of a batch: SGLang's stateful match of every request
+    (:func:`~.batch.match_pooled`: contexts ``flat[offsets[b]:offsets[b + 1]]``, state rows
+    ``rows``, total lengths ``lens``, pool rows from ``at``), then the windows matched
+    inserted in batch order, each with the remembered paths of its store slot ``slots[b]``."""
+    t = unpack(eng.trie)
+    depth, capacity = st.ints[0], st.ints[1]
+    b_n = slots.size
+    per_window = depth * (depth + 1) // 2
+    want = in_use(t) + b_n * per_window
+    if t.tok.size < min(capacity, want):
+        st.need[0] = want
+        return False
+    match_pooled(flat, offsets, rows, lens, False, eng, at)
+    key = _shared_key(t, lru, b_n * per_window, capacity)
+    zero = np.int64(0)
+    for b in range(b_n):
+        slot = slots[b]
+        if st.wepoch[slot] != key:  # emptied, or become the list, since
+            st.pw[3][slot] = 0
+            st.wepoch[slot] = key
+        ctx = flat[offsets[b]:offsets[b + 1]]
+        lru[1] = insert_suffixes(ctx, zero, lens[b] - ctx.size, zero, zero, depth, capacity,
+                                 lru[0], lru[1], t, st.path, st.pw, slot)[1]
     return True

@@ -1,0 +1,53 @@
+"""The request store of :class:`~ngramspec.Drafter`: each request's tokens in one row of flat
+arrays, which the step kernels (:mod:`.steps`, :mod:`.remembered`) read and append to."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["RequestStore"]
+
+
+class RequestStore:
+    """Every request's token ids (prompt + output) in one row of a 2-D int32 array, with its
+    size, prompt length and the tokens emitted at each step; rows are reused after
+    ``finish``.  Both dimensions grow by doubling."""
+
+    def __init__(self, rows: int = 8, width: int = 256) -> None:
+        self.buf = np.zeros((rows, width), np.int32)
+        self.steps = np.zeros((rows, width), np.int32)
+        self.size = np.zeros(rows, np.int64)
+        self.nsteps = np.zeros(rows, np.int64)
+        self.plen = np.zeros(rows, np.int64)
+        self.free = list(range(rows - 1, -1, -1))
+
+    def take(self, prompt: np.ndarray, first: int) -> int:
+        if not self.free:
+            self._grow(2 * self.size.size, self.buf.shape[1])
+        slot = self.free.pop()
+        self.reserve(prompt.size + 1)
+        self.buf[slot, :prompt.size] = prompt
+        self.buf[slot, prompt.size] = first
+        self.size[slot] = prompt.size + 1
+        self.plen[slot] = prompt.size
+        self.nsteps[slot] = 0
+        return slot
+
+    def reserve(self, width: int) -> None:
+        if width > self.buf.shape[1]:
+            self._grow(self.size.size, max(width, 2 * self.buf.shape[1]))
+
+    def _grow(self, rows: int, width: int) -> None:
+        old_rows, old_width = self.buf.shape
+        for name in ("buf", "steps"):
+            grown = np.zeros((rows, width), np.int32)
+            grown[:old_rows, :old_width] = getattr(self, name)
+            setattr(self, name, grown)
+        for name in ("size", "nsteps", "plen"):
+            grown = np.zeros(rows, np.int64)
+            grown[:old_rows] = getattr(self, name)
+            setattr(self, name, grown)
+        self.free[:0] = range(rows - 1, old_rows - 1, -1)
+
+    def tokens(self, slot: int) -> np.ndarray:
+        return self.buf[slot, :self.size[slot]]
