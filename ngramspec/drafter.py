@@ -47,10 +47,8 @@ __all__ = ["Drafter"]
 
 _ID_TYPES = frozenset((str, int))
 _NONE = np.zeros(0, np.int64)
-# early_insert: up to this many requests the windows are inserted in the match's own call,
-# beyond it by the insert thread during the caller's forward (step_api, 2 ms forward: at
-# batch 1, 4, 8 the call 1.1-2x faster per request-step, waking the thread costs more than
-# the inserts; at 16 and 48 the thread 1.1-1.6x faster).
+# early_insert: windows inserted in the match's call up to this batch, beyond by the thread
+# (step_api, 2 ms forward: 1.1-2x faster at batch 1-8, the thread 1.1-1.6x at 16 and 48).
 _FUSED_MAX = 8
 
 
@@ -336,7 +334,7 @@ class Drafter:
             flat = store.buf[slots[0], max(0, size - length):size]
             if self._early and self._mem is not None and not self.cache._corpora.active:
                 # the window inserted in the match's call: no hand-off to the insert thread
-                drafts = self._match_insert_one(flat, keys[0], size, slots[0])
+                drafts = self._match_insert(flat, None, keys, size, slot_arr)
                 if cfg.chain:  # a verifier of chains is sent one path per request
                     drafts = drafts.chains()
                 self._pend(keys, slot_arr, drafts, None, None)
@@ -401,42 +399,27 @@ class Drafter:
                                     costs, backend.auto_rate)
         return DraftBatch._trusted(*out)
 
-    def _match_insert_one(self, ctx: np.ndarray, key: Hashable, total: int, slot: int
-                          ) -> DraftBatch:
-        """``early_insert`` at batch 1: the match and the insert of its window in one
-        compiled call (:func:`ngramspec.engine.remembered.match_insert_one`)."""
-        cache = self.cache
-        if cache._done != cache._queued or cache._errors:
-            cache.synchronize()
-        with cache._lock:
-            backend = cache._backend
-            row = backend._row_of(key)
-            while True:
-                eng, at = backend._engine_for(1)
-                if self._mem.match_insert(ctx, row, total, eng, at, slot, backend.lru):
-                    return DraftBatch._pooled(backend._pool, at, at + 1)
-                t = backend.trie
-                while t.alloc < min(t.capacity, int(self._mem.need[0])):
-                    t.grow()
-
-    def _match_insert(self, flat: np.ndarray, offsets: np.ndarray, keys: list,
-                      lens: np.ndarray, slots: np.ndarray) -> DraftBatch:
-        """``early_insert``: the batch's match and the insert of its windows in one compiled
-        call (:func:`ngramspec.engine.remembered.match_insert_batch`)."""
-        cache = self.cache
+    def _match_insert(self, flat: np.ndarray, offsets: np.ndarray | None, keys: list,
+                      lens: Any, slots: np.ndarray) -> DraftBatch:
+        """``early_insert`` up to ``_FUSED_MAX`` requests: the match and the inserts of its
+        windows in one compiled call (:mod:`ngramspec.engine.remembered`'s
+        ``match_insert_one``, or ``match_insert_batch``); ``offsets`` None: one request,
+        ``lens`` its total length."""
+        cache, mem = self.cache, self._mem
         if cache._done != cache._queued or cache._errors:
             cache.synchronize()
         b = slots.size
         with cache._lock:
             backend = cache._backend
-            rows = backend._rows_of(keys)
+            rows = backend._row_of(keys[0]) if offsets is None else backend._rows_of(keys)
             while True:
                 eng, at = backend._engine_for(b)
-                if self._mem.match_insert_batch(flat, offsets, rows, lens, eng, at, slots,
-                                                backend.lru):
+                if (mem.match_insert(flat, rows, lens, eng, at, int(slots[0]), backend.lru)
+                        if offsets is None else mem.match_insert_batch(
+                            flat, offsets, rows, lens, eng, at, slots, backend.lru)):
                     return DraftBatch._pooled(backend._pool, at, at + b)
                 t = backend.trie
-                while t.alloc < min(t.capacity, int(self._mem.need[0])):
+                while t.alloc < min(t.capacity, int(mem.need[0])):
                     t.grow()
 
     def _accept_counted(self, tokens: np.ndarray, mask: np.ndarray, matrix: np.ndarray,

@@ -556,7 +556,15 @@ def match_insert_batch(flat, offsets, rows, lens, eng, at, slots, st, lru):
         st.need[0] = want
         return False
     match_pooled(flat, offsets, rows, lens, False, eng, at)
-    key = _shared_key(t, lru, b_n * per_window, capacity)
+    _windows(flat, offsets, lens, slots, t, st, lru)
+    return True
+
+
+@jit
+def _windows(flat, offsets, lens, slots, t, st, lru):
+    depth, capacity = st.ints[0], st.ints[1]
+    b_n = slots.size
+    key = _shared_key(t, lru, b_n * (depth * (depth + 1) // 2), capacity)
     zero = np.int64(0)
     for b in range(b_n):
         slot = slots[b]
@@ -566,4 +574,3 @@ def match_insert_batch(flat, offsets, rows, lens, eng, at, slots, st, lru):
         ctx = flat[offsets[b]:offsets[b + 1]]
         lru[1] = insert_suffixes(ctx, zero, lens[b] - ctx.size, zero, zero, depth, capacity,
                                  lru[0], lru[1], t, st.path, st.pw, slot)[1]
-    return True
