@@ -142,6 +142,7 @@ class Drafter:
         # SGLang's stateful BFS/PROB match (the serving path); small arrays reused per step.
         self._adaptive = cfg.mode.backend_call == "match_adaptive"  # read on every propose
         self._plain = cfg.stateful and not self._adaptive
+        self._mlen, self._chain = cfg.match_length, cfg.chain
         self._offsets1: dict[int, np.ndarray] = {}
         self._rows: dict[int, np.ndarray] = {}
         self._one_slot: dict[int, np.ndarray] = {}
@@ -161,6 +162,8 @@ class Drafter:
             self._mem = Remembered(cfg, self._store.size.size, self._costs is not None)
             if cache is None:  # its own trie: the LRU order as stamps until it could evict
                 self.cache._backend.keep_stamps()
+        # batch 1 with early_insert: match and insert in one call (_propose_one)
+        self._fused = self._mem is not None and self._plain and self._early
         # The last proposal not yet accepted: ids, rows, their rows in the drafts, windows.
         self._pend_keys: list[Hashable] = []
         self._pend_slots = self._pend_rows = _NONE
@@ -303,6 +306,11 @@ class Drafter:
         ``batch_size`` (with ``costs``): requests in the step's forward, default
         ``len(rids)``.
         """
+        if type(rids) is list and len(rids) == 1 and self._fused and not self._pend_keys \
+                and type(rids[0]) in _ID_TYPES and batch_size is None:
+            slot = self._slot.get(rids[0])  # a server's batch 1: the fewest interpreter steps
+            if slot is not None and not self.cache._corpora.active:
+                return self._propose_one(rids[0], slot)
         if batch_size is not None and self._costs is None:
             raise ValueError("batch_size= goes with costs= (min_expected_accept='auto')")
         if type(rids) is not list and v.is_tensor(rids):
@@ -398,6 +406,20 @@ class Drafter:
             out = self._mem.propose(self._store.buf, self._store.size, slots, backend.trie,
                                     costs, backend.auto_rate)
         return DraftBatch._trusted(*out)
+
+    def _propose_one(self, key: Hashable, slot: int) -> DraftBatch:
+        """:meth:`propose` of one known request, nothing pending, with ``early_insert``."""
+        store = self._store
+        size = int(store.size[slot])
+        slot_arr = self._one_slot.get(slot)
+        if slot_arr is None:
+            slot_arr = self._one_slot[slot] = np.array([slot], np.int64)
+        drafts = self._match_insert(store.buf[slot, max(0, size - self._mlen):size], None,
+                                    [key], size, slot_arr)
+        if self._chain:  # a verifier of chains is sent one path per request
+            drafts = drafts.chains()
+        self._pend([key], slot_arr, drafts, None, None)
+        return drafts
 
     def _match_insert(self, flat: np.ndarray, offsets: np.ndarray | None, keys: list,
                       lens: Any, slots: np.ndarray) -> DraftBatch:
@@ -515,6 +537,9 @@ class Drafter:
         if max_tokens is not None:
             if type(max_tokens) is int and max_tokens >= 1:
                 lens = np.minimum(lens, max_tokens)
+            elif type(max_tokens) is np.ndarray and max_tokens.shape == lens.shape and \
+                    max_tokens.dtype.kind == "i" and max_tokens.min() >= 1:
+                lens = np.minimum(lens, max_tokens)  # (an int64 result: lens is int64)
             else:
                 cap = v.as_lengths(max_tokens if np.ndim(max_tokens) else
                                    [max_tokens] * len(keys), len(keys), "max_tokens",
