@@ -47,10 +47,14 @@ class NgramCache(BackgroundInserts):
     external_sam_budget, external_corpus_max_tokens
         External corpora (SGLang 0.5.23; off by default), see :meth:`add_corpus`.
     index_prompt, exact_counts, local_index, min_token_prob, max_spec_factor, min_expected_accept
-    shared_pseudo_count, calibrated_estimates
+    shared_pseudo_count, calibrated_estimates, chain
         Options beyond SGLang, all off by default; see :class:`NgramConfig`.  The first three
-        are :class:`Drafter` policies; the others tune ``match_type="ADAPTIVE"``, whose
+        and ``chain`` are :class:`Drafter` policies (``match`` returns trees;
+        :meth:`DraftBatch.chains` cuts them); the others tune ``match_type="ADAPTIVE"``, whose
         matching is stateless (``request_ids``/``total_lens`` are checked and not used).
+    prompt_lookup_min, prompt_lookup_max, num_speculative_tokens
+        Profile ``vllm-0.33`` (vLLM's n-gram proposer), which no cache runs (it has no
+        trie): refused, naming :func:`simulate`.
     config : NgramConfig, optional
         A complete configuration instead of the individual options.
     backend : {"numba", "reference"}
@@ -92,7 +96,9 @@ class NgramCache(BackgroundInserts):
                  shared_pseudo_count: float | None = None,
                  external_sam_budget: int | None = None,
                  external_corpus_max_tokens: int | None = None,
-                 calibrated_estimates: bool | None = None,
+                 calibrated_estimates: bool | None = None, chain: bool | None = None,
+                 prompt_lookup_min: int | None = None, prompt_lookup_max: int | None = None,
+                 num_speculative_tokens: int | None = None,
                  config: NgramConfig | None = None, backend: str = "numba") -> None:
         options = {k: v for k, v in dict(
             max_trie_depth=max_trie_depth, min_bfs_breadth=min_bfs_breadth,
@@ -104,7 +110,9 @@ class NgramCache(BackgroundInserts):
             max_spec_factor=max_spec_factor,
             min_expected_accept=min_expected_accept, external_sam_budget=external_sam_budget,
             external_corpus_max_tokens=external_corpus_max_tokens,
-            calibrated_estimates=calibrated_estimates,
+            calibrated_estimates=calibrated_estimates, chain=chain,
+            prompt_lookup_min=prompt_lookup_min, prompt_lookup_max=prompt_lookup_max,
+            num_speculative_tokens=num_speculative_tokens,
             shared_pseudo_count=shared_pseudo_count).items() if v is not None}
         if config is not None:
             if options:

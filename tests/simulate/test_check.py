@@ -91,16 +91,16 @@ def test_an_unknown_engine_is_refused(tmp_path, capsys):
     table = CostTable([(1, 1, 2.0), (1, 12, 3.0)])
     # Refused first, before the streams are read or the model directory looked for.
     with pytest.raises(ValueError) as e:
-        check_against_model(tmp_path / "nope", STREAMS, cost_table=table, engine="vllm")
-    assert str(e.value) == "engine must be one of custom, sglang, got 'vllm'"
+        check_against_model(tmp_path / "nope", STREAMS, cost_table=table, engine="trt")
+    assert str(e.value) == "engine must be one of custom, sglang, vllm, got 'trt'"
     (tmp_path / "m").mkdir()
     with pytest.raises(SystemExit) as e:
         run(["check", str(tmp_path / "m"), STREAMS, "--cost-table",
-             str(_table(tmp_path / "t.csv")), "--engine", "vllm"])
+             str(_table(tmp_path / "t.csv")), "--engine", "trt"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "argument --engine: invalid choice: 'vllm'" in err, err
-    assert "custom" in err and "sglang" in err, err
+    assert "argument --engine: invalid choice: 'trt'" in err, err
+    assert "custom" in err and "sglang" in err and "vllm" in err, err
 
 
 # --- on a model -----------------------------------------------------------------------------
