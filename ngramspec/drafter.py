@@ -31,6 +31,7 @@ The options beyond SGLang (``index_prompt``, ``exact_counts``, ``local_index``; 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from itertools import accumulate
 from typing import Any, Hashable, Mapping, Sequence
 
@@ -356,23 +357,16 @@ class Drafter:
             self._pend(keys, slot_arr, drafts, flat.copy(), offsets)
             return drafts
         slot_arr = np.array(slots, np.int64)
-        if self._adaptive and self._mem is not None:
+        remembered = self._adaptive and self._mem is not None
+        flat = offsets = None  # the contexts, packed (remembered ADAPTIVE: for windows only)
+        if not remembered or self._windows:
+            flat = np.empty(b * length, np.int32)
+            offsets = np.empty(b + 1, np.int64)
+            lens = np.empty(b, np.int64)
+            _steps().gather_tails(store.buf, store.size, slot_arr, length, flat, offsets, lens)
+        if remembered:
             drafts = self._propose_adaptive(slot_arr, batch_size)
-            flat = offsets = None
-            if self._windows:  # (local_index without exact_counts) SGLang's windows too
-                flat = np.empty(b * length, np.int32)
-                offsets = np.empty(b + 1, np.int64)
-                _steps().gather_tails(store.buf, store.size, slot_arr, length, flat, offsets,
-                                      np.empty(b, np.int64))
-            if cfg.chain:  # a verifier of chains is sent one path per request
-                drafts = drafts.chains()
-            self._pend(keys, slot_arr, drafts, flat, offsets)
-            return drafts
-        flat = np.empty(b * length, np.int32)
-        offsets = np.empty(b + 1, np.int64)
-        lens = np.empty(b, np.int64)
-        _steps().gather_tails(store.buf, store.size, slot_arr, length, flat, offsets, lens)
-        if self._adaptive:
+        elif self._adaptive:
             ctxs = [flat[offsets[i]:offsets[i + 1]] for i in range(b)]
             local = [self._local[s] for s in slots] if cfg.local_index else None
             drafts = self.cache.match(ctxs, local=local, costs=self._costs,
@@ -446,15 +440,12 @@ class Drafter:
 
     def _accept_counted(self, tokens: np.ndarray, mask: np.ndarray, matrix: np.ndarray,
                         lens: np.ndarray, where: np.ndarray, info: np.ndarray) -> None:
-        """``accept_rows`` and the exact counts of the remembered state, in one call."""
-        cache = self.cache
-        if self.config.local_index:  # the shared trie is not touched
-            self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,
-                             where, info, cache._backend.trie, cache._backend.lru)
-            return
-        if cache._done != cache._queued or cache._errors:
+        """``accept_rows`` and the exact counts of the remembered state, in one call (under
+        the cache's lock unless only the requests' own tries are written)."""
+        cache, local = self.cache, self.config.local_index
+        if not local and (cache._done != cache._queued or cache._errors):
             cache.synchronize()
-        with cache._lock:
+        with nullcontext() if local else cache._lock:
             self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,
                              where, info, cache._backend.trie, cache._backend.lru)
 
