@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import PROFILES, NgramConfig
+from ..config import NgramConfig
 from ._compare import describe_difference
 from ._machine import as_factory, calls_made, config_source, make_checked
 
@@ -24,8 +24,8 @@ _FILES = {"sglang-0.5.23": "sglang-0.5.23-golden.json.gz",
 
 def _check_version(version: str) -> str:
     if version not in _FILES:
-        raise ValueError(f"version must be one of {PROFILES} (the SGLang releases whose outputs "
-                         f"are recorded), got {version!r}")
+        raise ValueError(f"version must be one of {tuple(_FILES)} (the SGLang releases whose "
+                         f"outputs are recorded), got {version!r}")
     return version
 
 
