@@ -163,8 +163,10 @@ class Drafter:
             self._mem = Remembered(cfg, self._store.size.size, self._costs is not None)
             if cache is None:  # its own trie: the LRU order as stamps until it could evict
                 self.cache._backend.keep_stamps()
-        # batch 1 with early_insert: match and insert in one call (_propose_one)
-        self._fused = self._mem is not None and self._plain and self._early
+        # batch 1 straight to one compiled call (_propose_one): SGLang's match with early
+        # inserts, or the remembered ADAPTIVE drafts without SGLang's windows
+        self._one = self._mem is not None and (self._plain and self._early or
+                                               self._adaptive and not self._windows)
         # The last proposal not yet accepted: ids, rows, their rows in the drafts, windows.
         self._pend_keys: list[Hashable] = []
         self._pend_slots = self._pend_rows = _NONE
@@ -307,7 +309,7 @@ class Drafter:
         ``batch_size`` (with ``costs``): requests in the step's forward, default
         ``len(rids)``.
         """
-        if type(rids) is list and len(rids) == 1 and self._fused and not self._pend_keys \
+        if type(rids) is list and len(rids) == 1 and self._one and not self._pend_keys \
                 and type(rids[0]) in _ID_TYPES and batch_size is None:
             slot = self._slot.get(rids[0])  # a server's batch 1: the fewest interpreter steps
             if slot is not None and not self.cache._corpora.active:
@@ -402,14 +404,17 @@ class Drafter:
         return DraftBatch._trusted(*out)
 
     def _propose_one(self, key: Hashable, slot: int) -> DraftBatch:
-        """:meth:`propose` of one known request, nothing pending, with ``early_insert``."""
+        """:meth:`propose` of one known request, nothing pending (``_one``)."""
         store = self._store
-        size = int(store.size[slot])
         slot_arr = self._one_slot.get(slot)
         if slot_arr is None:
             slot_arr = self._one_slot[slot] = np.array([slot], np.int64)
-        drafts = self._match_insert(store.buf[slot, max(0, size - self._mlen):size], None,
-                                    [key], size, slot_arr)
+        if self._adaptive:
+            drafts = self._propose_adaptive(slot_arr, None)
+        else:
+            size = int(store.size[slot])
+            drafts = self._match_insert(store.buf[slot, max(0, size - self._mlen):size], None,
+                                        [key], size, slot_arr)
         if self._chain:  # a verifier of chains is sent one path per request
             drafts = drafts.chains()
         self._pend([key], slot_arr, drafts, None, None)
@@ -541,8 +546,6 @@ class Drafter:
     def _accept_matrix(self, matrix: np.ndarray, lens: np.ndarray) -> None:
         """:meth:`accept` of the pending requests' emitted tokens as rows in batch order
         (``matrix[b, :lens[b]]``; int32 matrix, int64 lengths, no other checks made yet)."""
-        if v.first_negative(matrix) is not None:  # one reduction (rows are padded with 0)
-            self._refuse_negative(matrix, lens)
         cfg = self.config
         store = self._store
         slots = self._pend_slots
@@ -561,14 +564,6 @@ class Drafter:
                                   offsets, np.empty(b, np.int64))
             self.cache._insert_packed(flat, offsets, wait=True)
         self._clear_pending()
-
-    def _refuse_negative(self, matrix: np.ndarray, lens: np.ndarray) -> None:
-        """A ValueError naming the first negative token among those kept (``matrix[b,
-        :lens[b]]``): tokens past ``max_tokens`` are dropped unread (a replay's ``-1`` for
-        "no recorded token" at the end of a request, say)."""
-        for b, k in np.argwhere(matrix < 0).tolist():
-            if k < lens[b]:
-                raise v.negative_error(f"emitted[{self._pend_keys[b]!r}][{k}]", matrix[b, k])
 
     def _from_mapping(self, emitted: Mapping[Any, Any]
                       ) -> tuple[np.ndarray | None, np.ndarray]:
@@ -620,16 +615,21 @@ class Drafter:
             else:
                 steps.accept_rows(tokens, mask, matrix, lens, store.buf, store.size,
                                   store.steps, store.nsteps, self._pend_slots, where, info)
-            if info[0] != steps.NO_ROOM:
+            code, bad = info[:2].tolist()
+            if code != steps.NO_ROOM:
                 break
-            store.reserve(int(info[1]))
-        bad = int(info[1])
-        if info[0] == steps.TOO_LONG:
+            store.reserve(bad)
+        if code == steps.ACCEPTED:
+            return
+        if code == steps.NEGATIVE:  # the first among those kept: past max_tokens, unread
+            k = int(where[bad])
+            raise v.negative_error(f"emitted[{self._pend_keys[bad]!r}][{k}]", matrix[bad, k])
+        if code == steps.TOO_LONG:
             n = tokens.shape[1]
             raise ValueError(f"emitted[{self._pend_keys[bad]!r}] has {int(lens[bad])} tokens, "
                              f"but a tree of {n} slots emits at most {n} (its longest path + "
                              "the bonus token)")
-        if info[0] == steps.NOT_A_PATH:
+        if code == steps.NOT_A_PATH:
             k = int(where[bad])
             raise ValueError(f"emitted[{self._pend_keys[bad]!r}] is not a path of its proposed "
                              f"tree + a bonus token: token {int(matrix[bad, k])} at position {k} "

@@ -24,7 +24,7 @@ __all__ = ["greedy_walk", "path_errors", "gather_tails", "append_rows", "accept_
            "emitted_tails"]
 
 # accept_rows' outcomes (info[0]); info[1] is the row, or the width the store needs.
-ACCEPTED, NOT_A_PATH, TOO_LONG, NO_ROOM = 0, 1, 2, 3
+ACCEPTED, NOT_A_PATH, TOO_LONG, NO_ROOM, NEGATIVE = 0, 1, 2, 3, 4
 
 
 @jit
@@ -150,10 +150,19 @@ def append_rows(buf, size, steps, nsteps, slots, emitted, lens):
 
 @jit
 def accept_rows(tokens, mask, emitted, lens, buf, size, steps, nsteps, slots, where, info):
-    """``Drafter.accept`` in one call: every row's emitted tokens checked (at most ``n``, a
-    path of its tree + bonus: :func:`path_errors`), the store's room checked, then
-    :func:`append_rows`.  Writes nothing unless ``info[0]`` comes back ``ACCEPTED``."""
+    """``Drafter.accept`` in one call: every row's emitted tokens checked (none negative
+    among the ``lens[r]`` kept: else ``NEGATIVE``, the first in row-major order at row
+    ``info[1]``, position ``where[row]``; at most ``n``, a path of its tree + bonus:
+    :func:`path_errors`), the store's room checked, then :func:`append_rows`.  Writes nothing
+    unless ``info[0]`` comes back ``ACCEPTED``."""
     b, n = tokens.shape
+    for r in range(b):
+        for k in range(min(lens[r], emitted.shape[1])):
+            if emitted[r, k] < 0:
+                info[0] = NEGATIVE
+                info[1] = r
+                where[r] = k
+                return
     for r in range(b):
         if lens[r] > n:
             info[0] = TOO_LONG
