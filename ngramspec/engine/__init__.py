@@ -12,8 +12,9 @@ One of each algorithm: the trie's insert and child table (:mod:`.trie`), the lib
 Modules by topic: :mod:`.trie`, :mod:`.match` (anchors), :mod:`.tree` (BFS/PROB trees and
 the layout), :mod:`.adaptive`, :mod:`.batch` (the backend's match kernels) and
 :mod:`.backend`, :mod:`.automaton`, :mod:`.corpus_tree` and :mod:`.sam` (external corpora),
-:mod:`.replay_kernel` and its driver :mod:`.replay`, :mod:`.steps`, :mod:`.export`,
-:mod:`.integrity`; for vLLM, :mod:`.lookup` (its n-gram proposer and its replay),
+:mod:`.replay_kernel` and its driver :mod:`.replay`, :mod:`.steps`, :mod:`.remembered` and
+:mod:`.request_store` (the step API's kernels, per-request memory and request store),
+:mod:`.export`, :mod:`.integrity`; for vLLM, :mod:`.lookup` (its n-gram proposer and its replay),
 :mod:`.chains` (trees cut to chains) and :mod:`.rows` (its input batch's rows recognised).
 """
 
