@@ -438,7 +438,9 @@ class Drafter:
                 if (mem.match_insert(flat, rows, lens, eng, at, int(slots[0]), backend.lru)
                         if offsets is None else mem.match_insert_batch(
                             flat, offsets, rows, lens, eng, at, slots, backend.lru)):
-                    return DraftBatch._pooled(backend._pool, at, at + b)
+                    pool = backend._pool  # (its rows as arrays now: no lazy views later)
+                    return DraftBatch._trusted(pool[0][at:at + b], pool[1][at:at + b],
+                                               pool[2][at:at + b])
                 t = backend.trie
                 while t.alloc < min(t.capacity, int(mem.need[0])):
                     t.grow()
@@ -514,7 +516,7 @@ class Drafter:
             if self._pend_drafts is None:
                 raise ValueError("accept(): nothing was proposed since the last accept; call "
                                  "propose() first")
-            if emitted.batch_size != self._pend_drafts.batch_size:
+            if emitted.accept_lens.size != self._pend_drafts._tokens.shape[0]:
                 raise ValueError(f"accept(): the result has {emitted.batch_size} rows but the "
                                  f"last propose() drafted {self._pend_drafts.batch_size}; pass "
                                  "the verification of those drafts")
