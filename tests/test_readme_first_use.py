@@ -77,7 +77,7 @@ def timed_mentions(text: str) -> dict[str, str]:
 def test_the_readme_times_each_first_use_it_shows():
     text = readme()
     mentions = timed_mentions(text)
-    for cmd in ("ngramspec simulate --preset recommended", "python use1.py", "python use3.py",
+    for cmd in ("ngramspec simulate --preset recommended", "python use1.py",
                 "ngramspec simulate --step-ms 12 --token-ms 0.1 --concurrency 1,4,16,48"):
         assert cmd in mentions, f"the README does not say how long `{cmd}` compiles first"
     for cmd, around in mentions.items():
