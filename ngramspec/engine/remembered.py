@@ -40,6 +40,7 @@ from numba.typed import List
 from .._jit import entry_point, jit
 from ..config import NgramConfig
 from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
+from .replay import _list_append, _list_of, _list_set  # the replay's typed-list kernels
 from .replay_kernel import _known_anchors
 from .batch import match_one, match_pooled
 from .steps import ACCEPTED, accept_rows
@@ -104,23 +105,6 @@ def _set_saved(st, saved):
 
 def _jit_on() -> bool:
     return getattr(_new_state, "overloads", None) is not None
-
-
-@jit
-def _list_of(bundle):
-    out = List()
-    out.append(bundle)
-    return out
-
-
-@jit
-def _list_append(out, bundle):
-    out.append(bundle)
-
-
-@jit
-def _list_set(out, i, bundle):
-    out[i] = bundle
 
 
 def _typed_list(bundle):
