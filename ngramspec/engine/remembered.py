@@ -35,7 +35,6 @@ from types import SimpleNamespace
 import numpy as np
 from numba.core import types as _nbtypes
 from numba.experimental import structref as _structref
-from numba.typed import List
 
 from .._jit import entry_point, jit
 from ..config import NgramConfig
