@@ -17,7 +17,8 @@ time of ``propose`` per request per call (median over calls; batch 1 is concurre
 with one row, batch 48 concurrency 48's calls with 48 rows).  The proposers:
 
 - ``ngramspec``: :class:`ngramspec.integrations.vllm.Proposer` with its default configuration
-  (``NgramConfig.recommended(chain=True, draft_token_num=k + 1)``, tuned on the tuning part);
+  (the ``chain`` preset with ``draft_token_num = k + 1``, tuned on the tuning part:
+  ``benchmarks/studies/tune_chain.py``);
 - ``vllm 5-5``: the wheel's ``NgramProposer`` with vLLM's defaults (``prompt_lookup_min =
   prompt_lookup_max = 5``);
 - ``vllm 2-5``: ``prompt_lookup_min=2, prompt_lookup_max=5`` (a common user setting);
