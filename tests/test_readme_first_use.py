@@ -114,8 +114,10 @@ def test_each_first_use_compile_is_in_the_readme(tmp_path):
     for name, argv in uses:
         compiled[name] = compiles(name, argv)
         if name == "ngramspec simulate --step-ms 12 --token-ms 0.1 --concurrency 1,4,16,48":
-            # "--engine sglang then adds none"
-            assert compiles("sglang", [*argv, "--engine", "sglang"]) == []
+            # "--engine sglang then adds at most the match kernel of SGLang's drop-in" (the step
+            # API compiles it or not depending on whether an insert was pending at a propose)
+            assert set(compiles("sglang", [*argv, "--engine", "sglang"])) <= {
+                "the trie match and draft-tree kernel"}
     assert compiled[SETUP], "the set-up run compiled nothing on an empty cache"
     for name, kernels in list(compiled.items())[1:]:
         if kernels:
