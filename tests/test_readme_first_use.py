@@ -102,8 +102,12 @@ def test_each_first_use_compile_is_in_the_readme(tmp_path):
             argv = [str(script)]
         else:
             argv = ["-m", "ngramspec", *argv]
-        proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL, timeout=600)
+        # Run outside the checkout, as a user runs the installed `ngramspec` and scripts: one
+        # copy of the package, one disk cache (from the checkout, `python -m` would import the
+        # checkout's copy and the scripts the installed one, each compiling for itself).
+        proc = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=600)
         assert proc.returncode == 0, (name, proc.stderr[-2000:])
         return re.findall(r"ngramspec: compiling (the .*?) \.\.\.", proc.stderr)
 
@@ -114,10 +118,8 @@ def test_each_first_use_compile_is_in_the_readme(tmp_path):
     for name, argv in uses:
         compiled[name] = compiles(name, argv)
         if name == "ngramspec simulate --step-ms 12 --token-ms 0.1 --concurrency 1,4,16,48":
-            # "--engine sglang then adds at most the match kernel of SGLang's drop-in": the
-            # step API's batch-1 path no longer calls it; use 1 does (a script, which imports
-            # the installed copy: with a non-editable install its disk cache is not the
-            # checkout's, so the command compiles it again)
+            # "--engine sglang then adds at most the match kernel of SGLang's drop-in" (use 1
+            # compiles it; the prediction's step API does not call it)
             assert set(compiles("sglang", [*argv, "--engine", "sglang"])) <= {
                 "the trie match and draft-tree kernel"}
     assert compiled[SETUP], "the set-up run compiled nothing on an empty cache"
