@@ -346,18 +346,12 @@ class Drafter:
             if self._early and self._mem is not None and not self.cache._corpora.active:
                 # the window inserted in the match's call: no hand-off to the insert thread
                 drafts = self._match_insert(flat, None, keys, size, slot_arr)
-                if cfg.chain:  # a verifier of chains is sent one path per request
-                    drafts = drafts.chains()
-                self._pend(keys, slot_arr, drafts, None, None)
-                return drafts
+                return self._pend(keys, slot_arr, drafts, None, None)
             drafts = self.cache._match_one(flat, keys[0], size)
-            if cfg.chain:  # a verifier of chains is sent one path per request
-                drafts = drafts.chains()
             offsets = self._offsets1.get(flat.size)
             if offsets is None:
                 offsets = self._offsets1[flat.size] = np.array([0, flat.size], np.int64)
-            self._pend(keys, slot_arr, drafts, flat.copy(), offsets)
-            return drafts
+            return self._pend(keys, slot_arr, drafts, flat.copy(), offsets)
         slot_arr = np.array(slots, np.int64)
         remembered = self._adaptive and self._mem is not None
         flat = offsets = None  # the contexts, packed (remembered ADAPTIVE: for windows only)
@@ -382,10 +376,7 @@ class Drafter:
             drafts = self.cache._match_packed(flat, offsets, keys, lens)
         else:
             drafts = self.cache.match([flat[offsets[i]:offsets[i + 1]] for i in range(b)])
-        if cfg.chain:  # a verifier of chains is sent one path per request
-            drafts = drafts.chains()
-        self._pend(keys, slot_arr, drafts, flat, offsets)
-        return drafts
+        return self._pend(keys, slot_arr, drafts, flat, offsets)
 
     def _propose_adaptive(self, slots: np.ndarray, batch_size: int | None) -> DraftBatch:
         """ADAPTIVE trees of these store rows in one compiled call, from the remembered
@@ -415,10 +406,7 @@ class Drafter:
             size = int(store.size[slot])
             drafts = self._match_insert(store.buf[slot, max(0, size - self._mlen):size], None,
                                         [key], size, slot_arr)
-        if self._chain:  # a verifier of chains is sent one path per request
-            drafts = drafts.chains()
-        self._pend([key], slot_arr, drafts, None, None)
-        return drafts
+        return self._pend([key], slot_arr, drafts, None, None)
 
     def _match_insert(self, flat: np.ndarray, offsets: np.ndarray | None, keys: list,
                       lens: Any, slots: np.ndarray) -> DraftBatch:
@@ -457,9 +445,13 @@ class Drafter:
                              where, info, cache._backend.trie, cache._backend.lru)
 
     def _pend(self, keys: list[Hashable], slots: np.ndarray, drafts: DraftBatch,
-              flat: np.ndarray, offsets: np.ndarray) -> None:
-        """Record the proposal; 0.5.23's windows (the contexts matched, packed in ``flat``,
-        which nothing writes again) go to the insert thread now with ``early_insert``."""
+              flat: np.ndarray, offsets: np.ndarray) -> DraftBatch:
+        """Record the proposal and return what is sent (with ``chain``, one path per request:
+        a verifier of chains is sent nothing else); 0.5.23's windows (the contexts matched,
+        packed in ``flat``, which nothing writes again) go to the insert thread now with
+        ``early_insert``."""
+        if self._chain:
+            drafts = drafts.chains()
         windows = None
         if self._windows and self.config.stateful and flat is not None:
             if self._early:  # inserted while the caller's forward runs
@@ -474,6 +466,7 @@ class Drafter:
         self._pend_rows = rows
         self._pend_drafts = drafts
         self._pend_windows = windows
+        return drafts
 
     def _check_not_pending(self, rids: Sequence[Any], keys: list[Hashable]) -> None:
         if len(set(keys)) != len(keys):

@@ -117,11 +117,15 @@ def default_config(num_speculative_tokens: int, *, cost_aware: bool = False) -> 
     return NgramConfig.recommended(chain=True, draft_token_num=k + 1, **extra)
 
 
+def _not_ours(source: str) -> ValueError:
+    return ValueError(f"{source}: profile {VLLM_PROFILE!r} is vLLM's own n-gram proposer "
+                      "(speculative_config method 'ngram'); ngramspec's Proposer needs an "
+                      "SGLang profile (a trie)")
+
+
 def _check_usable(cfg: NgramConfig, source: str) -> NgramConfig:
     if cfg.vllm:
-        raise ValueError(f"{source}: profile {cfg.profile!r} is vLLM's own n-gram proposer "
-                         "(speculative_config method 'ngram'); ngramspec's Proposer needs an "
-                         "SGLang profile (a trie)")
+        raise _not_ours(source)
     return cfg
 
 
@@ -196,10 +200,8 @@ def resolve_config(num_speculative_tokens: int, *, config: Any = None,
     if options.get("chain") is False:
         raise ValueError(f"{source}: chain = false, but vLLM verifies chains: chain must be "
                          "true (or left out)")
-    if options.get("profile") == VLLM_PROFILE:
-        raise ValueError(f"{source}: profile {VLLM_PROFILE!r} is vLLM's own n-gram proposer "
-                         "(speculative_config method 'ngram'); ngramspec's Proposer needs an "
-                         "SGLang profile (a trie)")
+    if options.get("profile") == VLLM_PROFILE:  # before NgramConfig refuses chain=True there
+        raise _not_ours(source)
     name = options.pop("preset", None)
     merged = NgramConfig.preset_options(name) if name is not None else {}
     merged.update(options)
