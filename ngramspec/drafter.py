@@ -38,6 +38,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from . import _validate as v
+from ._jit import kernels
 from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
 from .drafts import DraftBatch
@@ -54,9 +55,7 @@ _FUSED_MAX = 8
 
 
 def _steps():
-    from .engine import steps  # compiled on first use: importing ngramspec loads no Numba
-
-    return steps
+    return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
 
 
 class Drafter:

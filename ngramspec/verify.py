@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from . import _validate as v
+from ._jit import kernels
 from .drafts import DraftBatch
 
 __all__ = ["VerifyResult", "verify_greedy", "verify_greedy_logits"]
@@ -145,10 +146,7 @@ def _is_torch(x) -> bool:
 
 
 def _steps():
-    """The compiled step kernels (imported on first use: importing ngramspec loads no Numba)."""
-    from .engine import steps
-
-    return steps
+    return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
 
 
 def _check_drafts(drafts) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .. import _validate as v
+from .._jit import kernels
 from ..cache import NgramCache
 from ..config import PRESETS, NgramConfig
 from ..drafter import Drafter
@@ -517,9 +518,7 @@ class NgramCorpus:
 
 
 def _steps():
-    from ..engine import steps  # compiled on first use
-
-    return steps
+    return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
 
 
 def _pack_windows(batch: Any) -> tuple[np.ndarray, np.ndarray] | None:
