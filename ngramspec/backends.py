@@ -66,6 +66,9 @@ class Backend(Protocol):
     def reset(self) -> None:
         """Empty the trie and forget every match state."""
 
+    def reserve(self) -> None:
+        """Allocate the trie's whole capacity now (no growth later)."""
+
     @property
     def node_count(self) -> int:
         """Trie nodes in use."""

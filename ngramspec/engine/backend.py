@@ -508,6 +508,9 @@ class EngineBackend:
         self._last_keys = None
         self._free_rows = list(range(self.states[0].size - 1, 0, -1))
 
+    def reserve(self) -> None:
+        self.trie.reserve()
+
     @property
     def node_count(self) -> int:
         return int(self.trie.meta[M_SIZE])

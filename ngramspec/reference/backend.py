@@ -146,6 +146,9 @@ class ReferenceBackend:
         self.states.clear()
         self.auto_rate = [0.0, 0.0]
 
+    def reserve(self) -> None:
+        pass  # nodes are Python objects made as needed: nothing to allocate ahead
+
     @property
     def node_count(self) -> int:
         return self.trie.size

@@ -24,9 +24,16 @@ OPTIONS = {
 
 
 def _loop(cfg: ns.NgramConfig, rows: list[dict], concurrency: int, backend: str,
-          check_at: int | None):
+          check_at: int | None, reserve: bool = False):
     """The serving loop through the public calls; per step the drafts; the drafter."""
-    drafter = ns.Drafter(config=cfg, backend=backend)
+    drafter = ns.Drafter(config=cfg, backend=backend, reserve=reserve)
+    if reserve:  # the shared trie: allocated whole, never to grow
+        trie = drafter.cache._backend.trie
+        assert trie.alloc == cfg.capacity
+
+        def grow():
+            raise AssertionError("a reserved trie grew")
+        trie.grow = grow
     queue, running, log, step = list(rows), [], [], 0
     outputs = {r["id"]: r["output_ids"] for r in rows}
     while queue or running:
@@ -69,6 +76,24 @@ def test_remembered_state_drafts_as_the_reference(name, concurrency, capacity):
     assert sum(int(n.sum()) for _, _, n in got) > 0
     fast.cache.check_integrity()
     assert_same_content(fast.cache, ref.cache)  # nodes, counts and the LRU order
+
+
+@pytest.mark.parametrize("capacity", [400, 6_000], ids=["evicting", "fills"])
+@pytest.mark.parametrize("name", ["sglang", "recommended"])
+def test_a_reserved_trie_drafts_the_same_and_never_grows(name, capacity):
+    """Drafter(reserve=True): the whole capacity allocated at once, drafts and the trie's
+    content equal to those of the trie that grows as it fills."""
+    cfg = ns.NgramConfig(**OPTIONS[name], capacity=capacity)
+    rows = [dict(r, output_ids=r["output_ids"][:120]) for r in recorded_streams(5)]
+    got, reserved = _loop(cfg, rows, 3, "numba", 9, reserve=True)
+    want, grown = _loop(cfg, rows, 3, "numba", 9)
+    for k, (a, b) in enumerate(zip(got, want, strict=True)):
+        for x, y in zip(a, b):
+            assert_array_equal(x, y, err_msg=f"step {k}")
+    reserved.cache.check_integrity()
+    assert_same_content(reserved.cache, grown.cache)
+    reserved.cache.reset()
+    assert reserved.cache._backend.trie.alloc == capacity
 
 
 def test_own_tries_are_checked_and_sized():
