@@ -15,6 +15,11 @@ defaults <= 1.5 at batch 1 and <= 1.0 at 48, ``recommended()`` <= 2.0 at 1 and <
     python -m benchmarks.studies.step_api                        # both configs, batch 1 and 48
     python -m benchmarks.studies.step_api --repeats 5 --requests 40
     python -m benchmarks.studies.step_api --form mapping         # accept({rid: tokens}) instead
+    python -m benchmarks.studies.step_api --grow                 # the trie grows as it fills
+
+Both tries are allocated whole before the loop by default, as SGLang's worker allocates its
+capacity (``Drafter(reserve=True)``); ``--grow`` leaves ours to double as it fills (the
+default of ``Drafter``), whose doublings the matches then wait for.
 
 ``--form result`` (default) passes the :class:`VerifyResult` to ``accept`` (the form the docs
 teach); ``--form mapping`` passes ``{rid: result.emitted[b]}``; ``--form fused`` times
@@ -48,11 +53,13 @@ GOALS = {("sglang", 1): 1.5, ("sglang", 48): 1.0, ("recommended", 1): 2.0,
 
 
 def run_loop(rows, cfg: ns.NgramConfig, concurrency: int, form: str, forward_ms: float = 0.0,
-             early: bool | None = None):
+             early: bool | None = None, reserve: bool = False):
     """The loop over ``rows`` at this concurrency; returns (propose, verify, accept seconds,
     request-steps, steps as (contexts, ids, lens) for the peer)."""
     # (early_insert only when asked: the benchmark also runs against earlier releases)
     drafter = ns.Drafter(config=cfg, **({} if early is None else {"early_insert": early}))
+    if reserve and hasattr(drafter.cache, "reserve"):  # (earlier releases: no such call)
+        drafter.cache.reserve()
     prompts = [np.asarray(r["prompt_ids"], np.int32) for r in rows]
     outputs = [np.asarray(r["output_ids"], np.int32) for r in rows]
     depth = cfg.match_length
@@ -145,6 +152,9 @@ def main() -> None:
                          "SGLang's matches), as busy library calls that free the GIL "
                          "(default 2 ms, below a real model's step); the inserts queued at "
                          "propose run then")
+    ap.add_argument("--grow", action="store_true",
+                    help="let our trie grow as it fills instead of allocating its capacity "
+                         "first as SGLang does (Drafter's default)")
     ap.add_argument("--no-early-insert", action="store_true",
                     help="insert the matched windows in accept (Drafter(early_insert=False))")
     args = ap.parse_args()
@@ -155,7 +165,8 @@ def main() -> None:
         run_loop(rows[:2], cfg, 2, args.form)
     early = False if args.no_early_insert else None
     print(f"{len(rows)} requests; form {args.form!r}; forward {args.forward_ms} ms; early "
-          f"insert {'off' if args.no_early_insert else 'default'}; medians of {args.repeats}; "
+          f"insert {'off' if args.no_early_insert else 'default'}; trie "
+          f"{'grown' if args.grow else 'reserved'}; medians of {args.repeats}; "
           "per request-step, microseconds")
     print(f"{'config':>12} {'batch':>5} {'propose':>8} {'verify':>7} {'accept':>7} "
           f"{'3 calls':>8} {'SGLang':>7} {'ratio':>6} {'goal':>5}")
@@ -165,7 +176,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 gc.collect()
                 tp, tv, ta, n, trace = run_loop(rows, CONFIGS[name], b, args.form,
-                                                args.forward_ms, early)
+                                                args.forward_ms, early, not args.grow)
                 gc.collect()
                 tm = run_peer(trace, peer_cfg, args.forward_ms)
                 ours.append((tp + tv + ta) / n * 1e6)
