@@ -38,7 +38,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from . import _validate as v
-from ._jit import kernels
+from ._jit import entry_point, kernels
 from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
 from .drafts import DraftBatch
@@ -154,6 +154,9 @@ class Drafter:
         self._one_slot: dict[int, np.ndarray] = {}
         self._info = np.zeros(3, np.int64)
         self._where = np.zeros(64, np.int64)
+        # accept_rows' entry point: its arguments' types never vary (C-ordered arrays this
+        # drafter or verification made), so their typing is skipped after the first call
+        self._accept_rows = None
         self._slot: dict[Hashable, int] = {}  # request id -> store row, in order of arrival
         from .engine.request_store import RequestStore  # (no Numba until a kernel runs)
 
@@ -510,18 +513,21 @@ class Drafter:
         reach the trie at the next step.
         """
         keys = self._pend_keys
-        if isinstance(emitted, VerifyResult):
-            if self._pend_drafts is None:
-                raise ValueError("accept(): nothing was proposed since the last accept; call "
-                                 "propose() first")
-            if emitted.accept_lens.size != self._pend_drafts._tokens.shape[0]:
-                raise ValueError(f"accept(): the result has {emitted.batch_size} rows but the "
-                                 f"last propose() drafted {self._pend_drafts.batch_size}; pass "
-                                 "the verification of those drafts")
-            matrix = emitted._matrix()
+        if type(emitted) is VerifyResult or isinstance(emitted, VerifyResult):
+            drafts = self._pend_drafts
             lens = emitted.accept_lens
+            if drafts is None or lens.size != drafts._tokens.shape[0]:
+                self._refuse_result(emitted)
+            matrix = emitted._tokens
+            if matrix is None:
+                matrix = emitted._matrix()
             if self._pend_rows.size != matrix.shape[0]:  # some were finished in between
                 matrix, lens = matrix[self._pend_rows], lens[self._pend_rows]
+            if type(max_tokens) is np.ndarray and max_tokens.shape == lens.shape and \
+                    max_tokens.dtype.kind == "i":
+                # (a cap below 1 is refused by the kernel: no pass over it here)
+                self._accept_matrix(matrix, np.minimum(lens, max_tokens, dtype=np.int64))
+                return
             lens = lens.astype(np.int64)
         elif isinstance(emitted, Mapping):
             matrix, lens = self._from_mapping(emitted)
@@ -542,6 +548,14 @@ class Drafter:
                                    minimum=1)
                 lens = np.minimum(lens, cap)
         self._accept_matrix(matrix, lens)
+
+    def _refuse_result(self, emitted: VerifyResult) -> None:
+        if self._pend_drafts is None:
+            raise ValueError("accept(): nothing was proposed since the last accept; call "
+                             "propose() first")
+        raise ValueError(f"accept(): the result has {emitted.batch_size} rows but the last "
+                         f"propose() drafted {self._pend_drafts.batch_size}; pass the "
+                         "verification of those drafts")
 
     def _accept_matrix(self, matrix: np.ndarray, lens: np.ndarray) -> None:
         """:meth:`accept` of the pending requests' emitted tokens as rows in batch order
@@ -613,14 +627,19 @@ class Drafter:
             if count:
                 self._accept_counted(tokens, mask, matrix, lens, where, info)
             else:
-                steps.accept_rows(tokens, mask, matrix, lens, store.buf, store.size,
-                                  store.steps, store.nsteps, self._pend_slots, where, info)
+                args = (tokens, mask, matrix, lens, store.buf, store.size, store.steps,
+                        store.nsteps, self._pend_slots, where, info)
+                if self._accept_rows is None:
+                    self._accept_rows = entry_point(steps.accept_rows, *args)
+                self._accept_rows(*args)
             code, bad = info[:2].tolist()
             if code != steps.NO_ROOM:
                 break
             store.reserve(bad)
         if code == steps.ACCEPTED:
             return
+        if code == steps.NONE_KEPT:  # only a max_tokens array is not checked before
+            raise ValueError(f"max_tokens[{bad}] = {int(lens[bad])}; lengths must be >= 1")
         if code == steps.NEGATIVE:  # the first among those kept: past max_tokens, unread
             k = int(where[bad])
             raise v.negative_error(f"emitted[{self._pend_keys[bad]!r}][{k}]", matrix[bad, k])

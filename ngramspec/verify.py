@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from . import _validate as v
-from ._jit import kernels
+from ._jit import entry_point, kernels
 from .drafts import DraftBatch
 
 __all__ = ["VerifyResult", "verify_greedy", "verify_greedy_logits"]
@@ -90,19 +90,22 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     >>> r.accept_index.tolist(), r.accept_lens.tolist(), [e.tolist() for e in r.emitted]
     ([[0, 2, 3, -1]], [3], [[3, 7, 11]])
     """
-    _check_drafts(drafts)
+    if type(drafts) is not DraftBatch:
+        _check_drafts(drafts)
     tokens, mask = drafts._tokens, drafts._mask
     b, n = tokens.shape
     pred = target_predict
-    if type(pred) is not np.ndarray:
-        pred = np.asarray(v.host_array(pred, "target_predict"))
-    if pred.dtype != np.int64 or not pred.flags.c_contiguous or pred.shape != (b, n):
+    if type(pred) is not np.ndarray or pred.dtype is not _INT64 or pred.shape != (b, n) or \
+            not pred.flags.c_contiguous:
+        if type(pred) is not np.ndarray:
+            pred = np.asarray(v.host_array(pred, "target_predict"))
         pred = v.as_token_matrix(pred, (b, n), "target_predict", check_range=False)
         pred = np.ascontiguousarray(pred, dtype=np.int64)
     accept_index = np.empty((b, n), np.int32)
     accept_lens = np.empty(b, np.int32)
     out = np.zeros((b, n), np.int32)  # rows 0-padded: Drafter.accept checks them in one pass
-    bad = _steps().greedy_walk(tokens, mask, pred, accept_index, accept_lens, out)
+    walk = _WALK[0] if _WALK else _walk(tokens, mask, pred, accept_index, accept_lens, out)
+    bad = walk(tokens, mask, pred, accept_index, accept_lens, out)
     if bad >= 0:  # (the range is checked in the walk: one pass less)
         raise v.int32_range_error("target_predict", pred.min(), pred.max())
     return VerifyResult._compiled(accept_index, accept_lens, out)
@@ -147,6 +150,18 @@ def _is_torch(x) -> bool:
 
 def _steps():
     return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
+
+
+_INT64 = np.dtype(np.int64)
+_WALK: list = []  # greedy_walk's entry point, made at the first call
+
+
+def _walk(*args):
+    """The compiled walk for ``verify_greedy``'s argument types, which never vary (a
+    DraftBatch holds C-ordered int32 tokens and bool masks, the predictions are made C-ordered
+    int64, the outputs are fresh): its typing skipped on every later call."""
+    _WALK.append(entry_point(_steps().greedy_walk, *args))
+    return _WALK[0]
 
 
 def _check_drafts(drafts) -> None:

@@ -298,7 +298,9 @@ class Remembered:
         bundle = shared.packed if shared is not None else None
         args = (tokens, mask, emitted, lens, store.buf, store.size, store.steps, store.nsteps,
                 slots, where, info, before, bundle, self.state, lru)
-        accept_and_count(*args)  # (the caller's arrays: typed per call)
+        # (the arrays are the Drafter's and verification's own, C-ordered: types never vary)
+        self._entry("accept" if bundle is not None else "accept_uncounted", accept_and_count,
+                    args)(*args)
         while info[0] == ACCEPTED and info[2] != 0:
             want = int(self.need[0])
             if info[2] == SHARED_ROOM:

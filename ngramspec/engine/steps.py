@@ -24,7 +24,7 @@ __all__ = ["greedy_walk", "path_errors", "gather_tails", "append_rows", "accept_
            "emitted_tails"]
 
 # accept_rows' outcomes (info[0]); info[1] is the row, or the width the store needs.
-ACCEPTED, NOT_A_PATH, TOO_LONG, NO_ROOM, NEGATIVE = 0, 1, 2, 3, 4
+ACCEPTED, NOT_A_PATH, TOO_LONG, NO_ROOM, NEGATIVE, NONE_KEPT = 0, 1, 2, 3, 4, 5
 
 
 @jit
@@ -150,12 +150,18 @@ def append_rows(buf, size, steps, nsteps, slots, emitted, lens):
 
 @jit
 def accept_rows(tokens, mask, emitted, lens, buf, size, steps, nsteps, slots, where, info):
-    """``Drafter.accept`` in one call: every row's emitted tokens checked (none negative
+    """``Drafter.accept`` in one call: every row's emitted tokens checked (at least one kept:
+    else ``NONE_KEPT`` at row ``info[1]``; none negative
     among the ``lens[r]`` kept: else ``NEGATIVE``, the first in row-major order at row
     ``info[1]``, position ``where[row]``; at most ``n``, a path of its tree + bonus:
     :func:`path_errors`), the store's room checked, then :func:`append_rows`.  Writes nothing
     unless ``info[0]`` comes back ``ACCEPTED``."""
     b, n = tokens.shape
+    for r in range(b):  # (a max_tokens below 1: checked here, one pass less in Python)
+        if lens[r] < 1:
+            info[0] = NONE_KEPT
+            info[1] = r
+            return
     for r in range(b):
         for k in range(min(lens[r], emitted.shape[1])):
             if emitted[r, k] < 0:

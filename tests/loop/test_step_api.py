@@ -122,6 +122,35 @@ def test_accept_takes_whatever_verification_emits(how):
         assert refused > 0
 
 
+@pytest.mark.parametrize("name", ["sglang", "recommended"])
+def test_a_max_tokens_below_one_is_refused_and_nothing_recorded(name):
+    """Every form of ``max_tokens`` (int, list, int32 or int64 array, with a request finished
+    between propose and accept) refuses a cap below 1, names it and records nothing; the
+    same accept with valid caps then goes through."""
+    cfg = ns.NgramConfig(capacity=10_000) if name == "sglang" else \
+        ns.NgramConfig.recommended().replace(capacity=10_000)
+    prompt = np.tile(np.arange(1, 9, dtype=np.int32), 6)
+    for cap, finish in [(0, False), ([2, 0, 3], False), (np.array([2, 3, -1], np.int32), False),
+                        (np.array([2, 0], np.int64), True)]:
+        drafter = ns.Drafter(config=cfg)
+        for r in range(3):
+            drafter.add_request(r, prompt, 1)
+        d = drafter.propose([0, 1, 2])
+        res = ns.verify_greedy(d, _predictions(d, np.random.default_rng(0)))
+        if finish:
+            drafter.finish(1)
+        before = [drafter.sequence(r).copy() for r in drafter.requests]
+        with pytest.raises(ValueError,
+                           match=r"max_tokens\[[0-2]\] = -?[0-9]+; lengths must be >= 1"):
+            drafter.accept(res, max_tokens=cap)
+        for r, seq in zip(drafter.requests, before):
+            assert_array_equal(drafter.sequence(r), seq)
+        ok = np.ones_like(cap) if isinstance(cap, np.ndarray) else 1
+        drafter.accept(res, max_tokens=ok)
+        assert [drafter.total_len(r) for r in drafter.requests] == \
+            [seq.size + 1 for seq in before]
+
+
 def test_verify_and_accept_is_verify_then_accept():
     cfg = ns.NgramConfig(draft_token_num=6, capacity=10_000)
     one, two = ns.Drafter(config=cfg), ns.Drafter(config=cfg)
