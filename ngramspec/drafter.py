@@ -31,14 +31,14 @@ The options beyond SGLang (``index_prompt``, ``exact_counts``, ``local_index``; 
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from itertools import accumulate
 from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
 from . import _validate as v
-from ._jit import entry_point, kernels
+from ._accept import NONE as _NONE, AcceptSteps
+from ._jit import kernels
 from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
 from .drafts import DraftBatch
@@ -48,7 +48,6 @@ from .verify import VerifyResult, verify_greedy
 __all__ = ["Drafter"]
 
 _ID_TYPES = frozenset((str, int))
-_NONE = np.zeros(0, np.int64)
 # early_insert: windows inserted in the match's call up to this batch, beyond by the thread
 # (step_api, 2 ms forward: 1.1-2x faster at batch 1-8, the thread 1.1-1.6x at 16 and 48).
 _FUSED_MAX = 8
@@ -58,7 +57,7 @@ def _steps():
     return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
 
 
-class Drafter:
+class Drafter(AcceptSteps):
     """SGLang's per-step NGRAM bookkeeping around an :class:`NgramCache`, for your own loop.
 
     One step of a decode loop is ``propose`` (draft trees for some requests), the target's
@@ -151,6 +150,7 @@ class Drafter:
         self._mlen, self._chain = cfg.match_length, cfg.chain
         self._offsets1: dict[int, np.ndarray] = {}
         self._rows: dict[int, np.ndarray] = {}
+        self._row1 = np.zeros(1, np.int64)
         self._one_slot: dict[int, np.ndarray] = {}
         self._info = np.zeros(3, np.int64)
         self._where = np.zeros(64, np.int64)
@@ -175,6 +175,10 @@ class Drafter:
         # inserts, or the remembered ADAPTIVE drafts without SGLang's windows
         self._one = self._mem is not None and (self._plain and self._early or
                                                self._adaptive and not self._windows)
+        # accept is one compiled call: no count in Python after appending (the reference
+        # backend's exact counts) and no 0.5.9 windows
+        self._one_call = not (self._exact and self._mem is None) and \
+            not (self._windows and not cfg.stateful)
         # The last proposal not yet accepted: ids, rows, their rows in the drafts, windows.
         self._pend_keys: list[Hashable] = []
         self._pend_slots = self._pend_rows = _NONE
@@ -403,18 +407,39 @@ class Drafter:
         return DraftBatch._trusted(*out)
 
     def _propose_one(self, key: Hashable, slot: int) -> DraftBatch:
-        """:meth:`propose` of one known request, nothing pending (``_one``)."""
-        store = self._store
+        """:meth:`propose` of one known request, nothing pending (``_one``): a server's
+        batch 1, in as few interpreter steps as :meth:`_match_insert` and :meth:`_pend` take
+        (each call costs here, with the caches a forward has just evicted)."""
         slot_arr = self._one_slot.get(slot)
         if slot_arr is None:
             slot_arr = self._one_slot[slot] = np.array([slot], np.int64)
+        drafts = None
         if self._adaptive:
             drafts = self._propose_adaptive(slot_arr, None)
         else:
+            store, cache = self._store, self.cache
             size = int(store.size[slot])
-            drafts = self._match_insert(store.buf[slot, max(0, size - self._mlen):size], None,
-                                        [key], size, slot_arr)
-        return self._pend([key], slot_arr, drafts, None, None)
+            ctx = store.buf[slot, max(0, size - self._mlen):size]
+            if cache._done != cache._queued or cache._errors:
+                cache.synchronize()
+            with cache._lock:
+                backend = cache._backend
+                eng, at = backend._engine_for(1)
+                if self._mem.match_insert(ctx, backend._row_of(key), size, eng, at, slot,
+                                          backend.lru):
+                    pool = backend._pool
+                    drafts = DraftBatch._trusted(pool[0][at:at + 1], pool[1][at:at + 1],
+                                                 pool[2][at:at + 1])
+            if drafts is None:  # the shared trie grows first
+                drafts = self._match_insert(ctx, None, [key], size, slot_arr)
+        if self._chain:
+            drafts = drafts.chains()
+        self._pend_keys = [key]
+        self._pend_slots = slot_arr
+        self._pend_rows = self._row1
+        self._pend_drafts = drafts
+        self._pend_windows = None
+        return drafts
 
     def _match_insert(self, flat: np.ndarray, offsets: np.ndarray | None, keys: list,
                       lens: Any, slots: np.ndarray) -> DraftBatch:
@@ -440,17 +465,6 @@ class Drafter:
                 t = backend.trie
                 while t.alloc < min(t.capacity, int(mem.need[0])):
                     t.grow()
-
-    def _accept_counted(self, tokens: np.ndarray, mask: np.ndarray, matrix: np.ndarray,
-                        lens: np.ndarray, where: np.ndarray, info: np.ndarray) -> None:
-        """``accept_rows`` and the exact counts of the remembered state, in one call (under
-        the cache's lock unless only the requests' own tries are written)."""
-        cache, local = self.cache, self.config.local_index
-        if not local and (cache._done != cache._queued or cache._errors):
-            cache.synchronize()
-        with nullcontext() if local else cache._lock:
-            self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,
-                             where, info, cache._backend.trie, cache._backend.lru)
 
     def _pend(self, keys: list[Hashable], slots: np.ndarray, drafts: DraftBatch,
               flat: np.ndarray, offsets: np.ndarray) -> DraftBatch:
@@ -526,7 +540,11 @@ class Drafter:
             if type(max_tokens) is np.ndarray and max_tokens.shape == lens.shape and \
                     max_tokens.dtype.kind == "i":
                 # (a cap below 1 is refused by the kernel: no pass over it here)
-                self._accept_matrix(matrix, np.minimum(lens, max_tokens, dtype=np.int64))
+                lens = np.minimum(lens, max_tokens, dtype=np.int64)
+                if self._one_call and self._pend_windows is None and \
+                        self._accept_one_call(matrix, lens):
+                    return
+                self._accept_matrix(matrix, lens)
                 return
             lens = lens.astype(np.int64)
         elif isinstance(emitted, Mapping):
@@ -548,118 +566,6 @@ class Drafter:
                                    minimum=1)
                 lens = np.minimum(lens, cap)
         self._accept_matrix(matrix, lens)
-
-    def _refuse_result(self, emitted: VerifyResult) -> None:
-        if self._pend_drafts is None:
-            raise ValueError("accept(): nothing was proposed since the last accept; call "
-                             "propose() first")
-        raise ValueError(f"accept(): the result has {emitted.batch_size} rows but the last "
-                         f"propose() drafted {self._pend_drafts.batch_size}; pass the "
-                         "verification of those drafts")
-
-    def _accept_matrix(self, matrix: np.ndarray, lens: np.ndarray) -> None:
-        """:meth:`accept` of the pending requests' emitted tokens as rows in batch order
-        (``matrix[b, :lens[b]]``; int32 matrix, int64 lengths, no other checks made yet)."""
-        cfg = self.config
-        store = self._store
-        slots = self._pend_slots
-        fast = self._exact and self._mem is not None  # appended and counted in one call
-        before = store.size[slots].tolist() if self._exact and not fast else None
-        self._check_and_append(matrix, lens, fast)
-        if self._pend_windows is not None:  # 0.5.23: the windows matched, before appending
-            self.cache._insert_packed(*self._pend_windows, wait=True)
-        if before is not None:
-            self._count(slots.tolist(), before)
-        if self._windows and not cfg.stateful:  # 0.5.9: after appending, every request
-            b = slots.size
-            flat = np.empty(b * cfg.insert_length, np.int32)
-            offsets = np.empty(b + 1, np.int64)
-            _steps().gather_tails(store.buf, store.size, slots, cfg.insert_length, flat,
-                                  offsets, np.empty(b, np.int64))
-            self.cache._insert_packed(flat, offsets, wait=True)
-        self._clear_pending()
-
-    def _from_mapping(self, emitted: Mapping[Any, Any]
-                      ) -> tuple[np.ndarray | None, np.ndarray]:
-        """The mapping form as (rows in batch order, lengths); (None, _) when nothing is
-        pending and nothing given."""
-        row_of = {k: i for i, k in enumerate(self._pend_keys)}
-        arrays: list[np.ndarray | None] = [None] * len(row_of)
-        for rid, toks in emitted.items():
-            key = v.as_request_id(rid, "emitted key")
-            i = row_of.get(key)
-            if i is None:
-                if key not in self._slot:
-                    raise UnknownRequestError(key, len(self._slot))
-                raise ValueError(f"emitted[{rid!r}]: that request has no pending proposal "
-                                 f"(pending: {self.pending})")
-            arr = v.as_sequence(toks, f"emitted[{rid!r}]")
-            if arr.size == 0:
-                raise ValueError(f"emitted[{rid!r}] is empty; a verify step emits at least the "
-                                 "bonus token")
-            arrays[i] = arr
-        missing = [k for k, a in zip(self._pend_keys, arrays) if a is None]
-        if missing:
-            raise ValueError(f"emitted lacks pending requests {missing}: every request of the "
-                             "proposed batch is accepted together (finish() drops one)")
-        if not arrays:
-            return None, np.zeros(0, np.int64)
-        lens = np.fromiter(map(len, arrays), np.int64, len(arrays))
-        matrix = np.zeros((len(arrays), int(lens.max())), np.int32)
-        for i, a in enumerate(arrays):
-            matrix[i, :a.size] = a
-        return matrix, lens
-
-    def _check_and_append(self, matrix: np.ndarray, lens: np.ndarray, count: bool) -> None:
-        """Check every row of emitted tokens against its proposed tree, then append them (one
-        compiled call; nothing is written if a row is refused); ``count``: the exact counts
-        of the remembered state in the same call."""
-        d = self._pend_drafts
-        tokens, mask = d._tokens, d._mask
-        if self._pend_rows.size != tokens.shape[0]:
-            tokens, mask = tokens[self._pend_rows], mask[self._pend_rows]
-        store = self._store
-        if self._where.size < lens.size:
-            self._where = np.zeros(2 * lens.size, np.int64)
-        where, info = self._where, self._info
-        steps = _steps()
-        while True:
-            if count:
-                self._accept_counted(tokens, mask, matrix, lens, where, info)
-            else:
-                args = (tokens, mask, matrix, lens, store.buf, store.size, store.steps,
-                        store.nsteps, self._pend_slots, where, info)
-                if self._accept_rows is None:
-                    self._accept_rows = entry_point(steps.accept_rows, *args)
-                self._accept_rows(*args)
-            code, bad = info[:2].tolist()
-            if code != steps.NO_ROOM:
-                break
-            store.reserve(bad)
-        if code == steps.ACCEPTED:
-            return
-        if code == steps.NONE_KEPT:  # only a max_tokens array is not checked before
-            raise ValueError(f"max_tokens[{bad}] = {int(lens[bad])}; lengths must be >= 1")
-        if code == steps.NEGATIVE:  # the first among those kept: past max_tokens, unread
-            k = int(where[bad])
-            raise v.negative_error(f"emitted[{self._pend_keys[bad]!r}][{k}]", matrix[bad, k])
-        if code == steps.TOO_LONG:
-            n = tokens.shape[1]
-            raise ValueError(f"emitted[{self._pend_keys[bad]!r}] has {int(lens[bad])} tokens, "
-                             f"but a tree of {n} slots emits at most {n} (its longest path + "
-                             "the bonus token)")
-        if code == steps.NOT_A_PATH:
-            k = int(where[bad])
-            raise ValueError(f"emitted[{self._pend_keys[bad]!r}] is not a path of its proposed "
-                             f"tree + a bonus token: token {int(matrix[bad, k])} at position {k} "
-                             f"is no child of the previous one (accepted drafts "
-                             f"{matrix[bad, :k].tolist()}); pass what verification emitted")
-
-    def _clear_pending(self) -> None:
-        self._pend_keys = []
-        self._pend_slots = self._pend_rows = _NONE
-        self._pend_drafts = None
-        self._pend_windows = None
 
     def verify_and_accept(self, drafts: DraftBatch, target_predict: Any, *,
                           max_tokens: Any = None) -> VerifyResult:
