@@ -126,6 +126,9 @@ class AcceptSteps:
         rows = self._pend_rows
         if rows.size != tokens.shape[0]:
             tokens, mask = tokens[rows], mask[rows]
+        if not (tokens.flags.c_contiguous and mask.flags.c_contiguous and
+                matrix.flags.c_contiguous):  # (the kernels' entry points read C order)
+            tokens, mask, matrix = (np.ascontiguousarray(a) for a in (tokens, mask, matrix))
         if self._where.size < lens.size:
             self._where = np.zeros(2 * lens.size, np.int64)
         if count:

@@ -78,6 +78,28 @@ def test_compiled_greedy_walk_equals_the_reference(match_type):
     assert compared == 100 and accepted > 50  # the walks did go down the trees
 
 
+def test_the_walk_reads_drafts_held_as_views():
+    """A DraftBatch whose arrays are views of wider ones (the first slots only, as a loop that
+    sends ADAPTIVE's real slots makes them; not C-ordered) is walked as its copy is: the
+    compiled walk's fast entry is for C-ordered arrays only."""
+    rng = np.random.default_rng(4)
+    walked = strided = 0
+    for d in _trees("ADAPTIVE", seed=5) + _trees("BFS", seed=6):
+        w = 5  # of 10 slots: a prefix of a tree in level order is a tree
+        num = np.minimum(d.num_drafts, w - 1)
+        view = ns.DraftBatch._trusted(d._tokens[:, :w], d._mask[:, :w, :w], num)
+        copy = ns.DraftBatch(d.tokens[:, :w], d.mask[:, :w, :w], num)
+        strided += int(not view._tokens.flags.c_contiguous)  # (one row is contiguous)
+        pred = _predictions(copy, rng)
+        ns.verify_greedy(copy, pred)  # (the fast entry made first)
+        a, b = ns.verify_greedy(view, pred), ns.verify_greedy(copy, pred)
+        assert_array_equal(a.accept_index, b.accept_index)
+        assert_array_equal(a.accept_lens, b.accept_lens)
+        assert_array_equal(a._matrix(), b._matrix())
+        walked += int((b.accept_lens > 1).sum())
+    assert walked > 20 and strided > 20
+
+
 def test_prediction_range_and_shape_errors():
     d = _trees("BFS", seed=3)[0]
     b, n = d.tokens.shape
