@@ -26,10 +26,6 @@ __all__ = ["AcceptSteps"]
 NONE = np.zeros(0, np.int64)  # no rows pending
 
 
-def _steps():
-    return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
-
-
 class AcceptSteps:
     """:meth:`Drafter.accept`'s machinery (see the module)."""
 
@@ -52,26 +48,20 @@ class AcceptSteps:
                          f"propose() drafted {self._pend_drafts.batch_size}; pass the "
                          "verification of those drafts")
 
-    def _accept_one_call(self, matrix: np.ndarray, lens: np.ndarray) -> bool:
-        """:meth:`_accept_matrix` where it is one compiled call (``_one_call``, nothing to
-        insert after appending), in as few interpreter steps as it takes; False, with
-        nothing written, where that call did not accept (no room yet, or refused):
-        :meth:`_accept_matrix` then does it again and says why."""
-        self._accept_call(matrix, lens, self._mem is not None and self._exact)
-        if self._info[0] != 0:  # (steps.ACCEPTED)
-            return False
-        self._pend_keys = []
-        self._pend_slots = self._pend_rows = NONE
-        self._pend_drafts = None
-        return True
-
     def _accept_matrix(self, matrix: np.ndarray, lens: np.ndarray) -> None:
         """:meth:`accept` of the pending requests' emitted tokens as rows in batch order
         (``matrix[b, :lens[b]]``; int32 matrix, int64 lengths, no other checks made yet)."""
+        fast = self._exact and self._mem is not None  # appended and counted in one call
+        if self._one_call and self._pend_windows is None:
+            # The whole accept is that call: done in as few interpreter steps as it takes
+            # when it accepts; else nothing was written, and the path below says why.
+            self._accept_call(matrix, lens, fast)
+            if self._info[0] == 0:  # (steps.ACCEPTED)
+                self._clear_pending()
+                return
         cfg = self.config
         store = self._store
         slots = self._pend_slots
-        fast = self._exact and self._mem is not None  # appended and counted in one call
         before = store.size[slots].tolist() if self._exact and not fast else None
         self._check_and_append(matrix, lens, fast)
         if self._pend_windows is not None:  # 0.5.23: the windows matched, before appending
@@ -82,7 +72,7 @@ class AcceptSteps:
             b = slots.size
             flat = np.empty(b * cfg.insert_length, np.int32)
             offsets = np.empty(b + 1, np.int64)
-            _steps().gather_tails(store.buf, store.size, slots, cfg.insert_length, flat,
+            kernels("steps").gather_tails(store.buf, store.size, slots, cfg.insert_length, flat,
                                   offsets, np.empty(b, np.int64))
             self.cache._insert_packed(flat, offsets, wait=True)
         self._clear_pending()
@@ -138,14 +128,14 @@ class AcceptSteps:
         args = (tokens, mask, matrix, lens, store.buf, store.size, store.steps, store.nsteps,
                 self._pend_slots, self._where, self._info)
         if self._accept_rows is None:
-            self._accept_rows = entry_point(_steps().accept_rows, *args)
+            self._accept_rows = entry_point(kernels("steps").accept_rows, *args)
         self._accept_rows(*args)
 
     def _check_and_append(self, matrix: np.ndarray, lens: np.ndarray, count: bool) -> None:
         """Check every row of emitted tokens against its proposed tree, then append them (one
         compiled call; nothing is written if a row is refused); ``count``: the exact counts
         of the remembered state in the same call."""
-        steps, info = _steps(), self._info
+        steps, info = kernels("steps"), self._info
         while True:
             self._accept_call(matrix, lens, count)
             code, bad = info[:2].tolist()

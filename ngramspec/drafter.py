@@ -53,10 +53,6 @@ _ID_TYPES = frozenset((str, int))
 _FUSED_MAX = 8
 
 
-def _steps():
-    return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
-
-
 class Drafter(AcceptSteps):
     """SGLang's per-step NGRAM bookkeeping around an :class:`NgramCache`, for your own loop.
 
@@ -149,8 +145,7 @@ class Drafter(AcceptSteps):
         self._plain = cfg.stateful and not self._adaptive
         self._mlen, self._chain = cfg.match_length, cfg.chain
         self._offsets1: dict[int, np.ndarray] = {}
-        self._rows: dict[int, np.ndarray] = {}
-        self._row1 = np.zeros(1, np.int64)
+        self._rows: dict[int, np.ndarray] = {1: np.zeros(1, np.int64)}  # arange(b), by b
         self._one_slot: dict[int, np.ndarray] = {}
         self._info = np.zeros(3, np.int64)
         self._where = np.zeros(64, np.int64)
@@ -175,7 +170,7 @@ class Drafter(AcceptSteps):
         # inserts, or the remembered ADAPTIVE drafts without SGLang's windows
         self._one = self._mem is not None and (self._plain and self._early or
                                                self._adaptive and not self._windows)
-        # accept is one compiled call: no count in Python after appending (the reference
+        # accept can be one compiled call: no count in Python after appending (the reference
         # backend's exact counts) and no 0.5.9 windows
         self._one_call = not (self._exact and self._mem is None) and \
             not (self._windows and not cfg.stateful)
@@ -371,7 +366,8 @@ class Drafter(AcceptSteps):
             flat = np.empty(b * length, np.int32)
             offsets = np.empty(b + 1, np.int64)
             lens = np.empty(b, np.int64)
-            _steps().gather_tails(store.buf, store.size, slot_arr, length, flat, offsets, lens)
+            kernels("steps").gather_tails(store.buf, store.size, slot_arr, length, flat,
+                                          offsets, lens)
         if remembered:
             drafts = self._propose_adaptive(slot_arr, batch_size)
         elif self._adaptive:
@@ -408,8 +404,10 @@ class Drafter(AcceptSteps):
 
     def _propose_one(self, key: Hashable, slot: int) -> DraftBatch:
         """:meth:`propose` of one known request, nothing pending (``_one``): a server's
-        batch 1, in as few interpreter steps as :meth:`_match_insert` and :meth:`_pend` take
-        (each call costs here, with the caches a forward has just evicted)."""
+        batch 1, with :meth:`_match_insert` and :meth:`_pend` spelled out for one request
+        (their two calls cost 1.1-1.6 us a step here, with the caches a forward has just
+        evicted: measured A/B with the step API benchmark's loop); :meth:`_match_insert`
+        when the shared trie must grow first."""
         slot_arr = self._one_slot.get(slot)
         if slot_arr is None:
             slot_arr = self._one_slot[slot] = np.array([slot], np.int64)
@@ -436,7 +434,7 @@ class Drafter(AcceptSteps):
             drafts = drafts.chains()
         self._pend_keys = [key]
         self._pend_slots = slot_arr
-        self._pend_rows = self._row1
+        self._pend_rows = self._rows[1]
         self._pend_drafts = drafts
         self._pend_windows = None
         return drafts
@@ -527,7 +525,7 @@ class Drafter(AcceptSteps):
         reach the trie at the next step.
         """
         keys = self._pend_keys
-        if type(emitted) is VerifyResult or isinstance(emitted, VerifyResult):
+        if isinstance(emitted, VerifyResult):
             drafts = self._pend_drafts
             lens = emitted.accept_lens
             if drafts is None or lens.size != drafts._tokens.shape[0]:
@@ -540,11 +538,7 @@ class Drafter(AcceptSteps):
             if type(max_tokens) is np.ndarray and max_tokens.shape == lens.shape and \
                     max_tokens.dtype.kind == "i":
                 # (a cap below 1 is refused by the kernel: no pass over it here)
-                lens = np.minimum(lens, max_tokens, dtype=np.int64)
-                if self._one_call and self._pend_windows is None and \
-                        self._accept_one_call(matrix, lens):
-                    return
-                self._accept_matrix(matrix, lens)
+                self._accept_matrix(matrix, np.minimum(lens, max_tokens, dtype=np.int64))
                 return
             lens = lens.astype(np.int64)
         elif isinstance(emitted, Mapping):

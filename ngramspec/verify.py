@@ -108,7 +108,7 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
             mask.flags.c_contiguous:  # the usual types: the entry point, no typing per call
         walk = _WALK[0] if _WALK else _walk(tokens, mask, pred, accept_index, accept_lens, out)
     else:  # (views of a DraftBatch's arrays, say: typed per call)
-        walk = _steps().greedy_walk
+        walk = kernels("steps").greedy_walk
     bad = walk(tokens, mask, pred, accept_index, accept_lens, out)
     if bad >= 0:  # (the range is checked in the walk: one pass less)
         raise v.int32_range_error("target_predict", pred.min(), pred.max())
@@ -152,10 +152,6 @@ def _is_torch(x) -> bool:
         hasattr(x, "cpu")
 
 
-def _steps():
-    return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
-
-
 _INT64, _INT32, _BOOL = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_)
 _WALK: list = []  # greedy_walk's entry point, made at the first call
 
@@ -164,7 +160,7 @@ def _walk(*args):
     """The compiled walk for ``verify_greedy``'s usual argument types (C-ordered int32 tokens
     and bool masks, checked before each call; the predictions made C-ordered int64, the
     outputs fresh): its typing skipped on every later call."""
-    _WALK.append(entry_point(_steps().greedy_walk, *args))
+    _WALK.append(entry_point(kernels("steps").greedy_walk, *args))
     return _WALK[0]
 
 

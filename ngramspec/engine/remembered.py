@@ -161,7 +161,6 @@ class Remembered:
         self.path = np.zeros(depth, np.int32)
         self.need = np.zeros(1, np.int64)
         self._entries: dict[str, object] = {}
-        self._match_insert = None
         adaptive = config.match_type == "ADAPTIVE"
         if adaptive:
             from ..calibration_table import calibration_array
@@ -316,12 +315,8 @@ class Remembered:
                      slot: int, lru: np.ndarray) -> bool:
         """:func:`match_insert_one` (False: the shared trie needs ``need[0]`` node slots
         allocated first; nothing was done)."""
-        entry = self._match_insert
-        if entry is None:  # (a server's batch 1 calls this every step: no look-up after)
-            entry = self._match_insert = self._entry(
-                "match_insert", match_insert_one, (ctx, row, total, eng, at, slot, self.state,
-                                                   lru))
-        return entry(ctx, row, total, eng, at, slot, self.state, lru)
+        args = (ctx, row, total, eng, at, slot, self.state, lru)
+        return self._entry("match_insert", match_insert_one, args)(*args)
 
     def match_insert_batch(self, flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
                            lens: np.ndarray, eng, at: int, slots: np.ndarray,

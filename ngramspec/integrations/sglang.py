@@ -448,7 +448,7 @@ class NgramCorpus:
         lens = np.fromiter(total_lens, np.int64, len(keys))
         matrix = np.empty((len(keys), self.draft_token_num), np.int32)
         new = np.empty(len(keys), np.int64)
-        if not _steps().emitted_tails(*packed, lens, self._last_lens, matrix, new):
+        if not kernels("steps").emitted_tails(*packed, lens, self._last_lens, matrix, new):
             return None
         try:
             dr._accept_matrix(matrix, new)
@@ -522,10 +522,6 @@ class NgramCorpus:
             if 1 <= after <= tail.size:
                 return prompt, int(tail[tail.size - after])
         return tail[:-1], int(tail[-1])
-
-
-def _steps():
-    return kernels("steps")  # compiled on first use: importing ngramspec loads no Numba
 
 
 def _pack_windows(batch: Any) -> tuple[np.ndarray, np.ndarray] | None:
