@@ -144,9 +144,15 @@ class NgramConfig:
         re-inserting the overlapping window every step (which counts the same occurrence many
         times and delays the newest tokens by a step).
     local_index : bool
-        :class:`~ngramspec.Drafter` keeps a per-request trie of the request's own prompt and
-        output (exact counts) beside the shared trie, which then receives a request's sequence
-        when it finishes; ADAPTIVE drafts from the request's own trie first.
+        :class:`~ngramspec.Drafter` keeps a per-request index of the request's own prompt and
+        output (exact counts of every n-gram up to ``max_trie_depth`` tokens) beside the
+        shared trie, which then receives a request's sequence when it finishes; ADAPTIVE
+        drafts from the request's own index first.  Its model is a trie that never evicts;
+        the compiled backend holds it as a suffix automaton (``engine/own_index.py``): built
+        at admission in well under a microsecond per prompt token, about 100 bytes per
+        token, and a step's append costs O(tokens appended) whatever the context's length.
+        It holds at most :attr:`own_window` tokens (5,000,000 at the default capacity); a
+        request that outgrows that is re-indexed from its last ``own_window // 2`` tokens.
     match_type : "ADAPTIVE"
         Best-first expansion by an estimated path probability (products of
         ``freq(child) / freq(node)``), anchors longest first, into one tree; per-slot
@@ -435,6 +441,15 @@ class NgramConfig:
         depth = self.max_trie_depth if self.profile == "sglang-0.5.23" else self.branch_length
         assert depth is not None
         return depth
+
+    @property
+    def own_window(self) -> int:
+        """``local_index``: the most tokens a request's own index holds, ``max(capacity // 2,
+        4 * trie_depth)`` (its automaton then has at most ``capacity`` states, the shared
+        trie's bound in nodes).  A request that outgrows it is re-indexed from its last
+        ``own_window // 2`` tokens at the append that would overfill it: far beyond any
+        model's context at the default capacity (5,000,000 tokens)."""
+        return max(self.capacity // 2, 4 * self.trie_depth)
 
     @property
     def stateful(self) -> bool:

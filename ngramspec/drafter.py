@@ -51,6 +51,8 @@ _ID_TYPES = frozenset((str, int))
 # early_insert: windows inserted in the match's call up to this batch, beyond by the thread
 # (step_api, 2 ms forward: 1.1-2x faster at batch 1-8, the thread 1.1-1.6x at 16 and 48).
 _FUSED_MAX = 8
+# The reference own tries' capacity: none they reach (nodes are made as they are used).
+_UNBOUNDED = 2**31 - 1
 
 
 class Drafter(AcceptSteps):
@@ -157,6 +159,7 @@ class Drafter(AcceptSteps):
 
         self._store = RequestStore()
         self._local: list[Any] = [None] * self._store.size.size
+        self._own_base: dict[int, int] = {}  # reference own tries: their window's start
         # The compiled replay's per-slot memory (engine.remembered) on the Numba backend, for
         # the exact counts and ADAPTIVE drafts of profile sglang-0.5.23.
         self._mem = None
@@ -254,10 +257,13 @@ class Drafter(AcceptSteps):
                 self._local[slot] = mem.own(slot)
                 return
         if cfg.local_index:
-            # Its own trie counts exactly, whatever the shared one does.
+            # Its own trie counts exactly, whatever the shared one does, and never evicts (the
+            # model of the compiled own index: its window rule is in _count).
             self._local[slot] = NgramCache(config=cfg.replace(
-                index_prompt=False, exact_counts=True, local_index=False),
-                backend=self.cache.backend)
+                index_prompt=False, exact_counts=True, local_index=False,
+                capacity=_UNBOUNDED), backend=self.cache.backend)
+            self._own_base[slot] = max(0, (0 if cfg.index_prompt else prompt.size)
+                                       - cfg.trie_depth + 1)
         self._slot[key] = slot
         if self._exact:
             self._count([slot], [0 if cfg.index_prompt else prompt.size])
@@ -279,6 +285,19 @@ class Drafter(AcceptSteps):
             lo = max(0, start - depth + 1)
             seq = store.buf[slot, lo:size].copy()
             target = into if into is not None else self._local[slot]
+            if into is None and target is not None:
+                # The own index's window: full at own_window tokens, it starts again from
+                # the last own_window // 2 (checked before each appended token).
+                window, base = self.config.own_window, self._own_base[slot]
+                for pos in range(start, size):
+                    if pos - base >= window:
+                        base = pos - window // 2
+                if base != self._own_base[slot]:
+                    self._own_base[slot] = base
+                    target.reset()
+                    cf = 0 if self.config.index_prompt else int(store.plen[slot])
+                    lo, start = base, max(base, cf)
+                    seq = store.buf[slot, lo:size].copy()
             if target is None:
                 shared_seqs.append(seq)
                 shared_from.append(start - lo)
@@ -291,6 +310,14 @@ class Drafter(AcceptSteps):
                 np.fromiter(accumulate(map(len, shared_seqs), initial=0), np.int64,
                             len(shared_seqs) + 1),
                 np.array(shared_from, np.int64))
+
+    def index_nbytes(self, rid: Any) -> int:
+        """Bytes the request's own index holds (``local_index``; reserved, not only used), 0
+        without one: about 60-80 bytes per token of its context with the compiled backend."""
+        slot = self._get(rid, "rid")[1]
+        if self._mem is not None and self.config.local_index:
+            return self._mem.index(slot).nbytes
+        return 0
 
     def total_len(self, rid: Any) -> int:
         """Tokens of the request so far, prompt included.  The KV cache of the target holds

@@ -1,9 +1,9 @@
 """ADAPTIVE draft-tree kernel (ngramspec's own mode; the readable model and the rules are in
 :mod:`ngramspec.reference.adaptive`).
 
-Up to two sources (a request's own trie, then the shared one) are given as the arrays of two
-tries; anchors are found statelessly (walked from the root), or, for the own trie, handed over
-by a caller that knows them (the compiled replay: its last insert walked them).  The candidate
+Up to two sources (a request's own trie or own index, then the shared trie) are given as
+their arrays; the shared trie's anchors are walked from the root, the own index's found from
+its tail state by suffix links (:mod:`~.own_index`).  The candidate
 heap (the engine's one, :mod:`~ngramspec.engine.heap`) is preallocated to its bound and keyed
 by (probability descending, push order ascending): all keys differ, so any correct heap pops
 in the reference's order.
@@ -22,6 +22,7 @@ import numpy as np
 
 from .._jit import jit
 from .heap import heap_pop, heap_push
+from .own_index import E_NEXT, E_TO, E_TOK, O_TAIL, O_TAIL_LEN, S_CNT, S_HEAD, S_LAST, own_state_of
 from .tree import TREE_ROWS, _map_insert, _tree_reset, fill_result
 from .trie import _SCAN, Trie, child_of
 
@@ -31,12 +32,11 @@ __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adapt
 #: Work arrays of one ADAPTIVE tree: anchors, the tree (as in :data:`~.tree.Scratch`) with
 #: ``t_prob`` per node, ``slot_parent``, the top-children list ``k_p``/``k_node``, the
 #: candidate heap ``h_p``/``h_o``/``h_par``/``h_node`` (probability, push order, tree parent,
-#: trie node), ``t_lvl``, the tree level of each tree node, and ``l_nodes``: the own trie's
-#: node of each context suffix, when the caller knows them (index ``d``: the suffix of ``d``
-#: tokens, -1 absent).
+#: trie node), ``t_lvl``, the tree level of each tree node, and ``k_key``: the top list's
+#: tie keys (recency).
 AdaptiveScratch = namedtuple("AdaptiveScratch", "a_nodes a_depths tree order t_prob "
                                                 "slot_parent k_p k_node h_p h_o h_par h_node "
-                                                "t_lvl l_nodes")
+                                                "t_lvl k_key")
 
 
 @jit
@@ -58,7 +58,7 @@ def adaptive_scratch(budget, max_depth):
             np.empty(cap, np.float64), np.empty(cap, np.int64), np.empty(cap, np.int32),
             np.empty(cap, np.int32),  # heap: p, order, tree parent, trie node
             np.zeros(n, np.int32),  # tree levels
-            np.full(max_depth + 1, -1, np.int32))  # known own-trie anchors
+            np.zeros(max(budget, 1), np.int64))  # top kids' tie keys
 
 
 @jit
@@ -95,16 +95,45 @@ def cond_estimate(cal, src, ctx_len, level, total, rank, freq):
 
 
 @jit
-def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
-    """Expand the anchors of one trie into the tree; ``src``: 0 for the request's own trie
-    (plain conditional frequencies), 1 for the shared one (with its pseudo-count
-    ``shared_pseudo_count``); ``cal``: the calibration table (empty: none); ``known``: the
-    anchors' nodes are in ``sc.l_nodes`` (else each is walked from the root)."""
+def _top_insert(k_p, k_node, k_key, kept, budget, p, node, key):
+    """Insert a child into the sorted top list (``kept`` long, at most ``budget``): by
+    probability, then ``key`` descending (an equal key stays behind).  Returns the new
+    length."""
+    j = kept
+    while j > 0 and (k_p[j - 1] < p or (k_p[j - 1] == p and k_key[j - 1] < key)):
+        j -= 1
+    if j < budget:
+        last = min(kept, budget - 1)
+        for m in range(last, j, -1):
+            k_p[m] = k_p[m - 1]
+            k_node[m] = k_node[m - 1]
+            k_key[m] = k_key[m - 1]
+        k_p[j] = p
+        k_node[j] = node
+        k_key[j] = key
+        if kept < budget:
+            kept += 1
+    return kept
+
+
+@jit
+def _expand_source(ctx, params, t, o, bucket_counts, sc, used, src, cal):
+    """Expand the anchors of one source into the tree: the trie ``t``, or with ``o`` not None
+    the request's own index ``o`` (:mod:`~.own_index`; ``t`` unread).  ``src``: 0 for the
+    request's own trie or index (plain conditional frequencies), 1 for the shared trie (with
+    its pseudo-count ``shared_pseudo_count``); ``cal``: the calibration table (empty: none).
+
+    A candidate's node is a trie node, or for the own index a transition (its token and the
+    state it reaches); a node of the own index lies ``d + level`` tokens deep (the anchor's
+    length plus its tree level), and has no children at the trie depth, as in a trie."""
     max_depth, budget, min_prob, factor, _, shared_pseudo = params
     pseudo = shared_pseudo if src == 1 else 0.0
-    (_, _, tree, order, t_prob, _, k_p, k_node, h_p, h_o, h_par, h_node, t_lvl, l_nodes) = sc
+    (_, _, tree, order, t_prob, _, k_p, k_node, h_p, h_o, h_par, h_node, t_lvl, k_key) = sc
     t_tok, t_head, t_next = tree[0], tree[1], tree[2]
     tok, freq, c_head, c_next, ht, par = t.tok, t.freq, t.c_head, t.c_next, t.ht, t.par
+    if o is not None:
+        o_st, o_ed = o.st, o.ed
+        tail, tail_len = o.meta[O_TAIL], o.meta[O_TAIL_LEN]
     # Every context suffix up to the trie depth that is a trie path with children, longest
     # first (0.5.9's window rule with the window 1..depth), found as it is reached: the limit
     # of an anchor only falls with its length, so once one is reached, every shorter anchor
@@ -116,8 +145,12 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
             limit = min(budget, max(1, int(factor * d)))
         if used >= limit:
             break
-        if known:
-            node = l_nodes[d]
+        if o is not None:
+            # The state of the suffix of d tokens, by suffix links from the tail (deeper
+            # suffixes than the tail's have no children: they reach the trie depth).
+            node = own_state_of(o_st, tail, d) if d <= tail_len else -1
+            if node == -1 or o_st[node, S_HEAD] == -1:
+                continue
         else:
             # The walk, as the insert looks children up: below the root the first few
             # children first (deep nodes have one or two), then the child table.
@@ -137,8 +170,8 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
                 node = child
                 if node == -1:
                     break
-        if node == -1 or c_head[node] == -1:
-            continue
+            if node == -1 or c_head[node] == -1:
+                continue
         if d_top == 0:
             d_top = d
         size = 0
@@ -146,13 +179,25 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
         pos = 0
         prob = 1.0
         while True:
-            # Push the best `budget` children of `node` (probability, then recency).
-            total = freq[node] if freq[node] > 0 else 0
-            s = 0
-            ch = c_head[node]
-            while ch != -1:
-                s += freq[ch]
-                ch = c_next[ch]
+            # Push the best `budget` children of `node` (probability, then recency: the trie
+            # lists children most recent first, the own index has their last positions).
+            if o is not None:
+                own_node = node if pos == 0 else o_ed[node, E_TO]  # a transition below
+                total = o_st[own_node, S_CNT] if d + t_lvl[pos] < max_depth else 0
+                s = 0
+                ch = o_st[own_node, S_HEAD]
+                while ch != -1:
+                    s += o_st[o_ed[ch, E_TO], S_CNT]
+                    ch = o_ed[ch, E_NEXT]
+                if d + t_lvl[pos] >= max_depth:  # the trie depth: no children
+                    s = 0
+            else:
+                total = freq[node] if freq[node] > 0 else 0
+                s = 0
+                ch = c_head[node]
+                while ch != -1:
+                    s += freq[ch]
+                    ch = c_next[ch]
             if s > total:
                 total = s
             if total > 0:
@@ -160,30 +205,33 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
                 if pseudo > 0.0:  # the context continued here: d tokens + the node's level
                     denom = float(total) + pseudo / float(d + t_lvl[pos])
                 kept = 0
-                ch = c_head[node]
+                rank = 0
+                if o is not None:
+                    ch = o_st[own_node, S_HEAD]
+                else:
+                    ch = c_head[node]
                 while ch != -1:
-                    p = prob * float(freq[ch]) / denom
-                    # Insertion into the sorted top list; equal p stays behind (recency).
-                    j = kept
-                    while j > 0 and k_p[j - 1] < p:
-                        j -= 1
-                    if j < budget:
-                        last = min(kept, budget - 1)
-                        for m in range(last, j, -1):
-                            k_p[m] = k_p[m - 1]
-                            k_node[m] = k_node[m - 1]
-                        k_p[j] = p
-                        k_node[j] = ch
-                        if kept < budget:
-                            kept += 1
-                    ch = c_next[ch]
+                    if o is not None:
+                        target = o_ed[ch, E_TO]
+                        p = prob * float(o_st[target, S_CNT]) / denom
+                        key = o_st[target, S_LAST]
+                    else:
+                        p = prob * float(freq[ch]) / denom
+                        key = -rank  # the list's order is the recency order
+                    rank += 1
+                    kept = _top_insert(k_p, k_node, k_key, kept, budget, p, ch, key)
+                    ch = o_ed[ch, E_NEXT] if o is not None else c_next[ch]
                 # The matched length the child continues, counted from the longest anchor.
-                below = _trie_depth(par, node) - d if cal.size else 0
+                below = 0
+                if cal.size:
+                    below = t_lvl[pos] if o is not None else _trie_depth(par, node) - d
                 for j in range(kept):
                     p = k_p[j]
                     if cal.size:
+                        kid_freq = (o_st[o_ed[k_node[j], E_TO], S_CNT] if o is not None
+                                    else freq[k_node[j]])
                         p = prob * cond_estimate(cal, src, below + d_top, below, total, j,
-                                                 freq[k_node[j]])
+                                                 kid_freq)
                     heap_push(h_p, h_o, h_par, h_node, size, p, pushes, pos, k_node[j])
                     size += 1
                     pushes += 1
@@ -196,7 +244,7 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
                 break
             # The tree node of `node` below `parent` (the tree map's lookup, spelled out: no
             # reference counts per pop).
-            tn = tok[node]
+            tn = o_ed[node, E_TOK] if o is not None else tok[node]
             pos = t_head[parent]
             while pos != -1 and t_tok[pos] != tn:
                 pos = t_next[pos]
@@ -213,21 +261,23 @@ def _expand_source(ctx, params, t, bucket_counts, sc, used, src, cal, known):
 
 @jit
 def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_mask, out_prob,
-               cal, local_known=False):
+               cal, own=None):
     """One request's ADAPTIVE tree from the named tries ``local`` (searched first; None: no
     local trie) and ``shared``, laid out in SGLang's format; returns the drafted count.
     ``params``: ``(max_depth, budget, min_prob, factor, min_expected, shared_pseudo)``;
     ``cal``: the calibration table of :mod:`ngramspec.calibration_table` (empty: probabilities from
-    counts); ``local_known``: the caller wrote the local trie's node of every context suffix
-    into ``sc.l_nodes`` (its anchors need no walks)."""
+    counts); ``own``: the request's own index (:data:`~.own_index.OwnIndex`, up to date with
+    ``ctx``), searched first instead of ``local``."""
     min_expected = params[4]
     tree, order, t_prob = sc.tree, sc.order, sc.t_prob
     _tree_reset(tree)
     t_prob[0] = 1.0
     used = 0
-    if local is not None:
-        used = _expand_source(ctx, params, local, bucket_counts, sc, used, 0, cal, local_known)
-    used = _expand_source(ctx, params, shared, bucket_counts, sc, used, 1, cal, False)
+    if own is not None:
+        used = _expand_source(ctx, params, shared, own, bucket_counts, sc, used, 0, cal)
+    elif local is not None:
+        used = _expand_source(ctx, params, local, None, bucket_counts, sc, used, 0, cal)
+    used = _expand_source(ctx, params, shared, None, bucket_counts, sc, used, 1, cal)
     if used > 0 and not keeps_tree(t_prob, used, min_expected):
         _tree_reset(tree)
         used = 0

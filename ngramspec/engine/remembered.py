@@ -1,31 +1,25 @@
 """The step API's remembered state: what the compiled replay keeps between steps, for
 :class:`~ngramspec.Drafter`.
 
-The replay (:mod:`.replay_kernel`) drafts ``recommended()`` at a fraction of what a drafter
-that rebuilds everything per call pays, because per concurrency slot it remembers:
+Per slot of the drafter's request store (a row of its token buffer) it keeps:
 
-- the nodes its last counted insert walked (``pcc``: :func:`~.trie.insert_suffixes`'s
-  remembered paths), so that the next step's counted insert needs no child look-ups, and the
-  own trie's anchors of the next ADAPTIVE draft are known without walks
-  (:func:`~.replay_kernel._known_anchors`);
-- how each own trie keeps its LRU order (touch stamps until an insert could evict, then the
-  list: :func:`~.trie.build_lru`), and its touch clock.
+- the nodes its last counted insert into the shared trie walked (``pc``:
+  :func:`~.trie.insert_suffixes`'s remembered paths), so that the next step's counted insert
+  needs no child look-ups; the same (``pw``) for SGLang's window inserts at batch 1;
+- with ``local_index``, the request's own index (:mod:`~.own_index`: a suffix automaton with
+  exact counts, built at admission and appended to as tokens are accepted, O(new tokens) a
+  step whatever the context's length), as a :class:`~.own_index.OwnIndexArrays`.
 
-:class:`Remembered` holds the same per drafter slot (a slot is a row of the drafter's request
-store), with each slot's own trie (``local_index``) as a :class:`~.trie.TrieArrays`; the
-kernels take the drafter's store arrays directly:
+The kernels take the drafter's store arrays directly:
 
-- :func:`propose_adaptive`: the ADAPTIVE trees of a batch (own trie first, with known anchors;
+- :func:`propose_adaptive`: the ADAPTIVE trees of a batch (own index first;
   ``min_expected_accept="auto"``: the cap chosen over the batch), one call;
 - :func:`count_step`: after ``accept`` appended the emitted tokens, every new n-gram counted
-  once, into each request's own trie or the shared one, one call;
-- :func:`count_sequence`: a counted insert of one sequence without remembered paths
-  (admission), resumable when a trie runs out of allocated slots.
+  once, into each request's own index or the shared trie, one call.
 
-Remembered nodes of the shared trie (exact counts without ``local_index``) are checked
-against the node versions (the shared trie keeps its LRU list: anyone may insert into it) and
-forgotten when its epoch changes (``reset``).  Drafts are those of the stateless path node
-for node: a remembered node is the node a look-up would find.
+Remembered nodes of the shared trie are checked against the node versions (the shared trie
+keeps its LRU list: anyone may insert into it) and forgotten when its epoch changes
+(``reset``).  Drafts are those of the reference, node for node.
 """
 
 from __future__ import annotations
@@ -40,15 +34,15 @@ from .._jit import entry_point, jit
 from ..config import NgramConfig
 from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .replay import _list_append, _list_of, _list_set  # the replay's typed-list kernels
-from .replay_kernel import _known_anchors
 from .batch import match_one, match_pooled
 from .steps import ACCEPTED, accept_rows
 from .tree import BUCKET_COUNTS
+from .own_index import OwnIndex, OwnIndexArrays, own_append, own_reset
 from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, Trie, TrieArrays, build_lru, in_use,
-                   insert_suffixes, reset_trie, unpack)
+                   insert_suffixes, unpack)
 
 __all__ = ["Remembered", "OwnTrie", "StepState", "propose_adaptive", "accept_and_count",
-           "count_step", "count_sequence", "match_insert_one", "match_insert_batch",
+           "count_step", "match_insert_one", "match_insert_batch",
            "SHARED_ROOM"]
 
 # count_step's outcome: 0 done, else the trie that needs room first (-1 the shared one, else
@@ -66,9 +60,9 @@ class StepState(_structref.StructRefProxy):
     """What the step kernels read besides the store and the shared trie, as one Numba
     structure (unboxed in one step; measured: its ~45 arrays as loose arguments and tuples
     cost 4.4 us per call).  Fields: the remembered paths ``pc`` (``(node, ver, start, len)``
-    per slot), per slot ``mode``/``clock`` (its own trie's LRU mode and touch clock) and
-    ``epoch`` (the shared trie's, when its nodes were remembered), ``tries`` (the own tries'
-    bundles, a typed list), ``path``/``need`` (work space), ADAPTIVE's ``params``, ``sc``,
+    per slot), per slot ``mode``/``clock`` (unused since the own tries gave way to own
+    indexes) and ``epoch`` (the shared trie's, when its nodes were remembered), ``tries``
+    (the own indexes' bundles, a typed list), ``path``/``need`` (work space), ADAPTIVE's ``params``, ``sc``,
     ``cal`` and ``saved`` (``min_expected_accept="auto"``'s rows), ``bc`` (bucket counts),
     and ``ints``: trie depth, capacity, match length, ``local_index``, nodes per step's
     counted insert; ``pw``/``wepoch``: the same as ``pc``/``epoch`` for SGLang's window
@@ -157,7 +151,6 @@ class Remembered:
         self.pw = (np.zeros((0, depth, depth), np.int32), np.zeros((0, depth, depth), np.int64),
                    np.zeros(0, np.int64), np.zeros(0, np.int64))
         self.wepoch = np.zeros(0, np.int64)
-        self.tries: list[TrieArrays] = []
         self.path = np.zeros(depth, np.int32)
         self.need = np.zeros(1, np.int64)
         self._entries: dict[str, object] = {}
@@ -174,8 +167,10 @@ class Remembered:
             params, cal = (int(depth), 1, 0.0, 0.0, 0.0, 0.0), _NO_COSTS
         sc = adaptive_scratch(config.budget if adaptive else 1, depth)
         self.saved = _saved_rows(1 if auto else 0, n)
-        # The own tries' bundles (a placeholder of their type without local_index).
-        self.trie_list = _typed_list(TrieArrays(2, initial=2).bundle)
+        self.window = config.own_window
+        # The own indexes' bundles (a placeholder of their type without local_index).
+        self.owns: list[OwnIndexArrays] = []
+        self.trie_list = _typed_list(OwnIndexArrays(depth, self.window, 1).bundle)
         if self.local:
             self.trie_list = None
         self._grow_rows(rows)
@@ -202,14 +197,14 @@ class Remembered:
         self.rows = rows
         if not self.local:
             return
-        # Own tries start small: memory follows use (they grow before a kernel runs short).
+        # Own indexes start small: each is sized from its request's length at admission.
         for _ in range(old, rows):
-            t = TrieArrays(self.capacity, initial=64)
-            self.tries.append(t)
+            o = OwnIndexArrays(self.depth, self.window, 1)
+            self.owns.append(o)
             if self.trie_list is None:
-                self.trie_list = _typed_list(t.bundle)
+                self.trie_list = _typed_list(o.bundle)
             else:
-                _append(self.trie_list, t.bundle)
+                _append(self.trie_list, o.bundle)
 
     def grow(self, rows: int) -> None:
         """Room for ``rows`` slots."""
@@ -225,39 +220,30 @@ class Remembered:
             st.pw, st.wepoch = self.pw, self.wepoch
 
     def start(self, buf: np.ndarray, size: np.ndarray, slot: int, count: int) -> None:
-        """A new request in ``slot``: nothing remembered; with ``local``, its own trie emptied
-        and every n-gram of its row ending at ``count`` or later counted there, its LRU order
-        kept as the list from the start if this insert alone could evict, else as touch
-        stamps."""
+        """A new request in ``slot``: nothing remembered; with ``local``, its own index
+        rebuilt from its row (every n-gram ending at ``count`` or later counted), then room
+        reserved for its decode (a quarter of its length more, at least 1,024 tokens), so
+        that its first steps' appends never grow it."""
         self.pc[3][slot] = 0
         self.pw[3][slot] = 0
         self.clock[slot] = 0
         if not self.local:
             return
-        t = self.tries[slot]
-        reset_trie(t.named())
-        depth = self.depth
-        lo = max(0, count - depth + 1)
-        seq = buf[slot, lo:int(size[slot])]
-        mode = LRU_LIST if 1 + seq.size * depth > self.capacity else LRU_STAMPS
-        self.mode[slot] = mode
-        out = np.zeros(2, np.int64)
-        while True:
-            count_sequence(seq, out[0], count - lo, depth, self.capacity, mode, out[1],
-                           t.bundle, self.path, out)
-            if out[0] >= seq.size:
-                break
-            self.grow_trie(slot, 2 * t.alloc)
-        self.clock[slot] = out[1]
-        # Room for the request's first steps now, at admission, rather than in their accepts.
-        self.grow_trie(slot, int(in_use(t.named())) + 8 * self.per_count)
+        o = self.owns[slot]
+        m = int(size[slot])
+        base = max(0, count - self.depth + 1)
+        o.grow(min(m - base, self.window))
+        own_reset(o.bundle, base, count)
+        row = buf[slot]
+        while own_append(o.bundle, row, m, 0) < m:
+            o.make_room()
+        o.reserve(max(1024, (m - base) // 4))
+        _set(self.trie_list, slot, o.bundle)
 
-    def grow_trie(self, slot: int, want: int) -> None:
-        """Grow ``slot``'s own trie until ``want`` node slots are allocated (or its capacity)."""
-        t = self.tries[slot]
-        while t.alloc < min(t.capacity, want):
-            t.grow()
-        _set(self.trie_list, slot, t.bundle)
+    def make_room(self, slot: int) -> None:
+        """``slot``'s own index stopped short of an append: grow it."""
+        self.owns[slot].make_room()
+        _set(self.trie_list, slot, self.owns[slot].bundle)
 
     def _entry(self, name: str, kernel, args: tuple):
         entry = self._entries.get(name)
@@ -307,7 +293,7 @@ class Remembered:
                 while shared.alloc < min(shared.capacity, want):
                     shared.grow()
             else:
-                self.grow_trie(int(info[2]) - 1, want)
+                self.make_room(int(info[2]) - 1)
             cargs = (store.buf, store.size, slots, before, shared.packed, self.state, lru)
             info[2] = self._entry("count", count_step, cargs)(*cargs)
 
@@ -328,31 +314,23 @@ class Remembered:
     def own(self, slot: int) -> "OwnTrie":
         return OwnTrie(self, slot)
 
-    def trie(self, slot: int) -> TrieArrays:
-        """``slot``'s own trie, with its LRU order as the list (so that it can be checked)."""
-        t = self.tries[slot]
-        if self.mode[slot] == LRU_STAMPS:
-            build_lru(t.named())
-            self.mode[slot] = LRU_LIST
-            self.pc[3][slot] = 0
-        return t
+    def index(self, slot: int) -> OwnIndexArrays:
+        """``slot``'s own index."""
+        return self.owns[slot]
 
 
 class OwnTrie:
-    """A request's own trie in the remembered state, as far as tests and debugging read it."""
+    """A request's own index in the remembered state, as far as tests and debugging read it."""
 
     def __init__(self, mem: Remembered, slot: int) -> None:
         self._mem, self._slot = mem, slot
 
     def __len__(self) -> int:
-        return int(self._mem.tries[self._slot].meta[M_SIZE])
+        return int(self._mem.owns[self._slot].meta[0])
 
     def check_integrity(self) -> None:
-        """As :meth:`ngramspec.NgramCache.check_integrity` (frequencies counted exactly)."""
-        from .integrity import check_freqs, check_trie
-
-        t = self._mem.trie(self._slot)
-        check_freqs(t, check_trie(t, self._mem.depth), True)
+        """The automaton's invariants (:meth:`~.own_index.OwnIndexArrays.check`)."""
+        self._mem.owns[self._slot].check()
 
 
 @jit(what="the step API's ADAPTIVE drafts")
@@ -375,10 +353,8 @@ def propose_adaptive(buf, size, slots, shared, st, costs, rate, tokens, mask, nu
         m = size[s]
         ctx = buf[s, max(0, m - mlen):m]
         if use_local:
-            known = _known_anchors(st.pc, s, m, min(ctx.size, params[0]), st.mode[s],
-                                   sc.l_nodes)
-            used = draft_tree(ctx, params, Trie(*st.tries[s]), t, bc, sc, tokens[b], mask[b],
-                              probs[b], cal, known)
+            used = draft_tree(ctx, params, None, t, bc, sc, tokens[b], mask[b], probs[b], cal,
+                              OwnIndex(*st.tries[s]))
         else:
             used = draft_tree(ctx, params, None, t, bc, sc, tokens[b], mask[b], probs[b], cal)
         num[b] = used
@@ -416,25 +392,24 @@ def _count(buf, size, slots, before, shared, st, lru):
     depth, capacity = st.ints[0], st.ints[1]
     use_local = st.ints[3] != 0
     per_count = st.ints[4]
-    pc, l_mode, l_clock, epoch, path = st.pc, st.mode, st.clock, st.epoch, st.path
+    pc, epoch, path = st.pc, st.epoch, st.path
     b_n = slots.size
     if use_local:
+        # Each own index appends what it has not indexed yet (resumable: one that stops
+        # short is grown by the caller and the call repeated).
         for b in range(b_n):
             s = slots[b]
-            lt = Trie(*st.tries[s])
-            want = in_use(lt) + per_count
-            if lt.tok.size < min(capacity, want):
-                st.need[0] = want
+            m = size[s]
+            if own_append(st.tries[s], buf[s], m, 0) < m:
                 return 1 + s
+        return 0
     else:
         want = in_use(t) + b_n * per_count
         if t.tok.size < min(capacity, want):
             st.need[0] = want
             return SHARED_ROOM
     zero = np.int64(0)
-    key = zero
-    if not use_local:
-        key = _shared_key(t, lru, b_n * per_count, capacity)
+    key = _shared_key(t, lru, b_n * per_count, capacity)
     for b in range(b_n):
         s = slots[b]
         start = before[b]
@@ -443,20 +418,11 @@ def _count(buf, size, slots, before, shared, st, lru):
             continue
         lo = max(0, start - depth + 1)
         seq = buf[s, lo:m]
-        if use_local:
-            lt = Trie(*st.tries[s])
-            if l_mode[s] == LRU_STAMPS and lt.meta[M_SIZE] + per_count > capacity:
-                build_lru(lt)  # this insert could evict: the list from here on
-                l_mode[s] = LRU_LIST
-                pc[3][s] = 0
-            l_clock[s] = insert_suffixes(seq, zero, lo, zero, start - lo, depth, capacity,
-                                         l_mode[s], l_clock[s], lt, path, pc, s)[1]
-        else:
-            if epoch[s] != key:  # emptied, or become the list, since
-                pc[3][s] = 0
-                epoch[s] = key
-            lru[1] = insert_suffixes(seq, zero, lo, zero, start - lo, depth, capacity, lru[0],
-                                     lru[1], t, path, pc, s)[1]
+        if epoch[s] != key:  # emptied, or become the list, since
+            pc[3][s] = 0
+            epoch[s] = key
+        lru[1] = insert_suffixes(seq, zero, lo, zero, start - lo, depth, capacity, lru[0],
+                                 lru[1], t, path, pc, s)[1]
     return 0
 
 
@@ -485,20 +451,6 @@ def accept_and_count(tokens, mask, emitted, lens, buf, size, steps, nsteps, slot
     accept_rows(tokens, mask, emitted, lens, buf, size, steps, nsteps, slots, where, info)
     if shared is not None and info[0] == ACCEPTED:
         info[2] = _count(buf, size, slots, before, shared, st, lru)
-
-
-@jit(what="the step API's counted inserts")
-def count_sequence(seq, first, count_from, depth, capacity, mode, clock, trie, path, out):
-    """:func:`~.trie.insert_suffixes` of ``seq`` (suffixes from ``first``; tokens from
-    ``count_from`` counted) into the trie ``trie`` (a plain bundle) in LRU ``mode``, nothing
-    remembered: ``out`` gets (the suffix to resume from, the clock)."""
-    none = (np.empty((1, 1, 1), np.int32), np.empty((1, 1, 1), np.int64),
-            np.empty(1, np.int64), np.empty(1, np.int64))
-    zero, no_row = np.int64(0), np.int64(-1)
-    stop, clock = insert_suffixes(seq, first, zero, zero, count_from, depth, capacity, mode,
-                                  clock, Trie(*trie), path, none, no_row)
-    out[0] = stop
-    out[1] = clock
 
 
 @jit(what="the step API's match and window insert")

@@ -26,6 +26,7 @@ from .replay_kernel import (C_WINDOWS, DONE, L_ADMLEFT, L_FINLEFT, L_LEFT, L_MOR
                             _config_arrays, replay_kernel)
 from .sam import replay_corpora
 from .tree import BUCKET_COUNTS
+from .own_index import OwnIndexArrays
 from .trie import TrieArrays
 
 __all__ = ["replay", "replay_stream", "ReplayOutput"]
@@ -94,8 +95,8 @@ def _list_set(out, i, bundle):
     out[i] = bundle
 
 
-def _trie_list(tries: list[TrieArrays]):
-    """The slots' own tries as the kernel takes them (a typed list; a list without the JIT).
+def _trie_list(tries: list[OwnIndexArrays]):
+    """The slots' own indexes as the kernel takes them (a typed list; a list without the JIT).
 
     The typed list is built and changed only inside cached kernels: its methods called from
     Python compile on every start (about a second), which dominated short replays."""
@@ -133,8 +134,9 @@ class _Run:
                              np.zeros(2, np.float64))
         self.corpora = corpora
         self.trie = TrieArrays(config.capacity)
-        self.local = ([TrieArrays(config.capacity) for _ in range(conc)] if config.local_index
-                      else [TrieArrays(2, initial=2)])
+        # Own indexes (local_index), each sized for its request's whole length at admission.
+        self.local = [OwnIndexArrays(depth, config.own_window, 1)
+                      for _ in range(conc if config.local_index else 1)]
         self.local_list = _trie_list(self.local)
         self.states = new_states(conc, depth)
 
@@ -194,7 +196,7 @@ class _Run:
         need = self.need
         _grow(self.trie, int(need[0]))
         for s in np.flatnonzero(need[1:]):
-            _grow(self.local[s], int(need[1 + s]))
+            self.local[s].reserve_whole(int(need[1 + s]))
             _set_slot(self.local_list, int(s), self.local[s].bundle)
         return time.perf_counter() - w0
 
@@ -229,7 +231,10 @@ def _bounds(plen: np.ndarray, olen: np.ndarray, config: NgramConfig):
     start = plen if not config.index_prompt else np.zeros_like(plen)
     count_len = plen + 1 - np.maximum(0, start - depth + 1)
     zeros = np.zeros(plen.size, np.int64)
-    adm_local = np.where(admitted, count_len * depth, 0) if config.local_index else zeros
+    # local_index: the tokens its own index holds at most (the request's whole length, within
+    # the own index's window), which it is sized for at admission.
+    whole = np.minimum(plen + olen - np.maximum(0, start - depth + 1), config.own_window)
+    adm_local = np.where(admitted, whole, 0) if config.local_index else zeros
     if exact and not config.local_index:
         adm_shared = np.where(admitted, count_len * depth, 0)
     elif config.index_prompt and not exact:

@@ -43,6 +43,7 @@ import numpy as np
 from .._jit import jit, jit_inline
 from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .match import States, match_anchors, window_anchors
+from .own_index import OwnIndex, own_append, own_rebuilds, own_reset
 from .sam import corpus_scratch_in, draft_with_corpora
 from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .trie import (LRU_LIST, LRU_NONE, LRU_STAMPS, M_SIZE, Trie, build_lru, in_use,
@@ -118,35 +119,14 @@ def _gather(p_flat, p_off, o_flat, o_off, r, lo, hi, dst):
             dst[i - lo] = o_flat[o_off[r] + i - plen]
 
 
-@jit
-def _known_anchors(pc, row, total, top, mode, out):
-    """The own trie's node of each of the last ``top`` tokens' suffixes of a request of
-    ``total`` tokens, from its remembered counted insert (``pc``), into ``out[1:top + 1]``;
-    False when they are not all known.
-
-    That insert ended at the request's last token and walked (or created) the path of every
-    n-gram ending there, and nothing touched the own trie since; in mode LRU_LIST a node it
-    walked could have been evicted by a later suffix of the same insert: not used there."""
-    pc_node, _, pc_start, pc_len = pc
-    w = pc_len[row]
-    if mode == LRU_LIST or w < top or pc_start[row] + w != total:
-        return False
-    for d in range(1, top + 1):
-        out[d] = pc_node[row, w - d, d - 1]
-    return True
-
-
 @jit_inline
-def _adaptive_tree(ctx, row, total, local, local_tries, l_mode, pcc, a_params, t, bucket_counts,
-                   asc, out_tokens, out_mask, out_prob, cal):
-    """One request's ADAPTIVE tree (slot ``row``, ``total`` tokens so far): from its own trie
-    first with ``local`` (anchors known from its last counted insert where they can be), then
-    the shared trie ``t``."""
+def _adaptive_tree(ctx, row, local, local_tries, a_params, t, bucket_counts, asc, out_tokens,
+                   out_mask, out_prob, cal):
+    """One request's ADAPTIVE tree (slot ``row``): from its own index first with ``local``,
+    then the shared trie ``t``."""
     if local:
-        known = _known_anchors(pcc, row, total, min(ctx.size, a_params[0]), l_mode[row],
-                               asc.l_nodes)
-        return draft_tree(ctx, a_params, Trie(*local_tries[row]), t, bucket_counts, asc,
-                          out_tokens, out_mask, out_prob, cal, known)
+        return draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens, out_mask,
+                          out_prob, cal, OwnIndex(*local_tries[row]))
     return draft_tree(ctx, a_params, None, t, bucket_counts, asc, out_tokens, out_mask, out_prob,
                       cal)
 
@@ -271,25 +251,19 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
         while r < n_req and k < conc:
             if o_off[r + 1] - o_off[r] > 1:
                 g_need += adm_shared[r]
-                if local:
+                if local:  # its own index sized for its whole length, worst case
                     row = free_rows[conc - k - 1]
-                    want = 1 + adm_local[r] + per_count
-                    if local_tries[row][0].size < min(capacity, want):  # [0]: tok
-                        need[1 + row] = want
+                    whole = adm_local[r]
+                    o = OwnIndex(*local_tries[row])
+                    if (o.st.shape[0] < 2 * whole + 2 or o.ed.shape[0] < 3 * whole + 4 or
+                            o.rh.shape[0] < 2 * whole + 2):
+                        need[1 + row] = whole
                         short = True
                 k += 1
             r += 1
         if k < conc and loop[L_MORE] != 0:
             return NEED_REQUESTS  # admission would look past the requests given
         g_need += k * step_shared
-        if local:
-            for b in range(nrun):
-                row = run_row[b]
-                lt = Trie(*local_tries[row])
-                want = in_use(lt) + per_count
-                if lt.tok.size < min(capacity, want):
-                    need[1 + row] = want
-                    short = True
         want = in_use(t) + g_need
         if tok.size < min(capacity, want):
             need[0] = want
@@ -350,17 +324,9 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
                 lo = max(0, start - depth + 1)
                 _gather(p_flat, p_off, o_flat, o_off, r, lo, plen + 1, seq)
                 if local:
-                    lt = Trie(*local_tries[row])
-                    reset_trie(lt)  # an empty LRU list: list or stamps from here
-                    if 1 + adm_local[r] + (olen - 1) * token_local <= capacity:
-                        l_mode[row] = LRU_NONE
-                    elif 1 + adm_local[r] > capacity:
-                        l_mode[row] = LRU_LIST
-                    else:
-                        l_mode[row] = LRU_STAMPS
-                    l_clock[row] = insert_suffixes(seq[:plen + 1 - lo], zero, lo, zero, start - lo,
-                                                   depth, capacity, l_mode[row], zero, lt, path,
-                                                   pcc, no_row)[1]
+                    o = local_tries[row]
+                    own_reset(o, lo, start)
+                    own_append(o, seq, plen + 1, lo)
                 else:
                     clock = insert_suffixes(seq[:plen + 1 - lo], zero, lo, zero, start - lo, depth,
                                             capacity, g_mode, clock, t, path, pcc, no_row)[1]
@@ -385,8 +351,7 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
             for b in range(nrun):
                 r = run_req[b]
                 ctx = win_flat[win_off[b]:win_off[b + 1]]
-                used = _adaptive_tree(ctx, run_row[b], p_off[r + 1] - p_off[r] + out_len[r],
-                                      local, local_tries, l_mode, pcc, a_params, t,
+                used = _adaptive_tree(ctx, run_row[b], local, local_tries, a_params, t,
                                       bucket_counts, asc, out_tokens, out_mask, out_prob, cal)
                 save_creation(asc, used, tok_rows[b], par_rows[b], prob_rows[b])
                 used_rows[b] = used
@@ -403,9 +368,9 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
                                   prob_rows[b], asc, bucket_counts, out_tokens, out_mask,
                                   out_prob)
                 else:
-                    used = _adaptive_tree(ctx, row, p_off[r + 1] - p_off[r] + out_len[r], local,
-                                          local_tries, l_mode, pcc, a_params, t, bucket_counts,
-                                          asc, out_tokens, out_mask, out_prob, cal)
+                    used = _adaptive_tree(ctx, row, local, local_tries, a_params, t,
+                                          bucket_counts, asc, out_tokens, out_mask, out_prob,
+                                          cal)
                 parents = asc.slot_parent
             else:
                 if stateful:
@@ -469,22 +434,14 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
             before = p_off[r + 1] - p_off[r] + out_len[r]
             e = emitted[b]
             if exact:
-                lo = max(0, before - depth + 1)
-                _gather(p_flat, p_off, o_flat, o_off, r, lo, before + e, seq)
                 if local:
-                    lt = Trie(*local_tries[row])
-                    if l_mode[row] == LRU_STAMPS:
-                        left = o_off[r + 1] - o_off[r] - out_len[r]
-                        if lt.meta[M_SIZE] + left * token_local <= capacity:
-                            l_mode[row] = LRU_NONE
-                        elif lt.meta[M_SIZE] + per_count > capacity:
-                            build_lru(lt)
-                            l_mode[row] = LRU_LIST
-                            pcc[3][row] = 0
-                    l_clock[row] = insert_suffixes(seq[:before + e - lo], zero, lo, zero,
-                                                   before - lo, depth, capacity, l_mode[row],
-                                                   l_clock[row], lt, path, pcc, row)[1]
+                    o = local_tries[row]
+                    first = own_rebuilds(o, before + e)  # (a rebuild reads further back)
+                    _gather(p_flat, p_off, o_flat, o_off, r, first, before + e, seq)
+                    own_append(o, seq, before + e, first)
                 else:
+                    lo = max(0, before - depth + 1)
+                    _gather(p_flat, p_off, o_flat, o_off, r, lo, before + e, seq)
                     clock = insert_suffixes(seq[:before + e - lo], zero, lo, zero, before - lo,
                                             depth, capacity, g_mode, clock, t, path, pcc, row)[1]
             out_len[r] += e
