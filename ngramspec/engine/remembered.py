@@ -38,7 +38,7 @@ from .batch import match_one, match_pooled
 from .steps import ACCEPTED, accept_rows
 from .tree import BUCKET_COUNTS
 from .own_index import OwnIndex, OwnIndexArrays, own_append, own_reset
-from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, Trie, TrieArrays, build_lru, in_use,
+from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, TrieArrays, build_lru, in_use,
                    insert_suffixes, unpack)
 
 __all__ = ["Remembered", "OwnTrie", "StepState", "propose_adaptive", "accept_and_count",
@@ -62,7 +62,8 @@ class StepState(_structref.StructRefProxy):
     cost 4.4 us per call).  Fields: the remembered paths ``pc`` (``(node, ver, start, len)``
     per slot), per slot ``mode``/``clock`` (unused since the own tries gave way to own
     indexes) and ``epoch`` (the shared trie's, when its nodes were remembered), ``tries``
-    (the own indexes' bundles, a typed list), ``path``/``need`` (work space), ADAPTIVE's ``params``, ``sc``,
+    (the own indexes' bundles, a typed list), ``path``/``need`` (work space), ADAPTIVE's
+    ``params``, ``sc``,
     ``cal`` and ``saved`` (``min_expected_accept="auto"``'s rows), ``bc`` (bucket counts),
     and ``ints``: trie depth, capacity, match length, ``local_index``, nodes per step's
     counted insert; ``pw``/``wepoch``: the same as ``pc``/``epoch`` for SGLang's window

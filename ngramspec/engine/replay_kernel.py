@@ -47,7 +47,7 @@ from .own_index import OwnIndex, own_append, own_rebuilds, own_reset
 from .sam import corpus_scratch_in, draft_with_corpora
 from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
 from .trie import (LRU_LIST, LRU_NONE, LRU_STAMPS, M_SIZE, Trie, build_lru, in_use,
-                   insert_suffixes, reset_trie)
+                   insert_suffixes)
 
 if TYPE_CHECKING:
     from ..config import NgramConfig
@@ -233,7 +233,6 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
     # Per output token still to come (a step emits e >= 1 tokens; its windows create at most
     # per_window <= e * per_window nodes, its counts (depth - 1 + e) * depth <= e * depth**2).
     token_shared = (per_window if windows else 0) + (depth * depth if exact and not local else 0)
-    token_local = depth * depth
     steps_here = 0
     while True:
         if steps_here >= max_steps:
