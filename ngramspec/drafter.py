@@ -623,6 +623,7 @@ class Drafter(AcceptSteps):
                         into=self.cache)
         del self._slot[key]
         self._local[slot] = None
+        self._own_base.pop(slot, None)
         if key in self._pend_keys:
             i = self._pend_keys.index(key)
             keep = [j for j in range(len(self._pend_keys)) if j != i]

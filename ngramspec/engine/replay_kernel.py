@@ -144,8 +144,8 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
     requests ``run_req`` and their slots ``run_row`` in batch order, the free slots
     ``free_rows``, the finished requests ``fin_req`` whose finish inserts are pending, per slot
     ``l_mode``/``l_clock`` (its own trie's LRU mode and touch clock) and ``need``); ``per_req``:
-    ``out_len`` and the node bounds ``adm_shared``/``adm_local``/``fin_bound`` of each
-    request's inserts at admission and finish; ``out``: the per-step record.
+    ``out_len``, the node bounds ``adm_shared``/``fin_bound`` of each request's inserts at
+    admission and finish, and ``adm_local``, the tokens its own index holds at most; ``out``: the per-step record.
 
     ``adaptive``: None but for ADAPTIVE trees, then ``(fcfg, cal, costs, rate)``: ``fcfg``
     the float options (:func:`_config_arrays`), ``cal`` the calibration table (empty: count
