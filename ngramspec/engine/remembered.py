@@ -220,26 +220,40 @@ class Remembered:
             st.pc, st.mode, st.clock, st.epoch = self.pc, self.mode, self.clock, self.epoch
             st.pw, st.wepoch = self.pw, self.wepoch
 
-    def start(self, buf: np.ndarray, size: np.ndarray, slot: int, count: int) -> None:
-        """A new request in ``slot``: nothing remembered; with ``local``, its own index
-        rebuilt from its row (every n-gram ending at ``count`` or later counted), then room
-        reserved for its decode (a quarter of its length more, at least 1,024 tokens), so
-        that its first steps' appends never grow it."""
+    def build(self, row: np.ndarray, stop: int, count: int, total: int | None = None
+              ) -> OwnIndexArrays:
+        """A new own index of ``row[:stop]`` (every n-gram ending at ``count`` or later
+        counted), with room reserved for the decode of a request ``total`` tokens long
+        (default ``stop``): a quarter of its length more, at least 1,024 tokens, so that its
+        first steps' appends never grow it.  Touches nothing shared: any thread may run it
+        (the kernels release the GIL)."""
+        o = OwnIndexArrays(self.depth, self.window, 1)
+        base = max(0, count - self.depth + 1)
+        o.grow(min(max(stop - base, 1), self.window))
+        own_reset(o.bundle, base, count)
+        while own_append(o.bundle, row, stop, 0) < stop:
+            o.make_room()
+        o.reserve(max(1024, ((stop if total is None else total) - base) // 4))
+        return o
+
+    def start(self, buf: np.ndarray, size: np.ndarray, slot: int, count: int,
+              built: OwnIndexArrays | None = None) -> None:
+        """A new request in ``slot``: nothing remembered; with ``local``, its own index of its
+        row (:meth:`build`), or ``built`` (:meth:`build` of the row's first tokens, from the
+        same ``count``) with the rest of the row appended."""
         self.pc[3][slot] = 0
         self.pw[3][slot] = 0
         self.clock[slot] = 0
         if not self.local:
             return
-        o = self.owns[slot]
         m = int(size[slot])
-        base = max(0, count - self.depth + 1)
-        o.grow(min(m - base, self.window))
-        own_reset(o.bundle, base, count)
-        row = buf[slot]
-        while own_append(o.bundle, row, m, 0) < m:
-            o.make_room()
-        o.reserve(max(1024, (m - base) // 4))
-        _set(self.trie_list, slot, o.bundle)
+        if built is None:
+            built = self.build(buf[slot], m, count)
+        else:
+            while own_append(built.bundle, buf[slot], m, 0) < m:
+                built.make_room()
+        self.owns[slot] = built
+        _set(self.trie_list, slot, built.bundle)
 
     def make_room(self, slot: int) -> None:
         """``slot``'s own index stopped short of an append: grow it."""

@@ -41,7 +41,7 @@ from .. import _validate as v
 from .._jit import kernels
 from ..cache import NgramCache
 from ..config import PRESETS, NgramConfig
-from ..drafter import Drafter
+from ..drafter import Drafter, warm_drafter
 
 __all__ = ["SEPARATOR_TOKEN", "NgramCorpus", "leaf_paths_from_mask", "resolve_config"]
 
@@ -53,6 +53,9 @@ SEPARATOR_TOKEN = -(2**31)
 _EMPTY = np.zeros(0, np.int64)
 _INT = frozenset((int,))
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+#: Noted prompts of requests not drafted yet that are held at most (see
+#: :meth:`NgramCorpus.note_prompts`): a request aborted during its prefill is never erased.
+NOTED_MAX = 1024
 
 
 def resolve_config(config: Any) -> NgramConfig:
@@ -241,7 +244,7 @@ class NgramCorpus:
         self._drafter: Drafter | None = None
         if not self._exact:
             self._drafter = Drafter(cache=self._cache, costs=costs)
-            _warm_drafter(cfg, backend, costs)
+            warm_drafter(cfg, backend, costs)
         # The last draft's request ids and their total lengths then (int64, same order).
         self._last_keys: list[Hashable] | None = None
         self._last_lens = _EMPTY
@@ -409,12 +412,30 @@ class NgramCorpus:
 
     def note_prompts(self, req_ids: Sequence[Hashable], prompts: Sequence[Sequence[int]]) -> None:
         """The full prompts of requests not drafted yet (for ``index_prompt`` & co.; the
-        worker's contexts hold only their last ``max_trie_depth`` tokens)."""
+        worker's contexts hold only their last ``max_trie_depth`` tokens).  With
+        ``local_index``, each new prompt's own index is built in the background from here on
+        (:meth:`~ngramspec.Drafter.prepare`): the launcher's hook tells the prompts before the
+        prefill forward, so their first ``batch_get`` finds them indexed.  A prompt noted
+        again unchanged is skipped; of more than :data:`NOTED_MAX` requests noted and not
+        drafted yet, the oldest are forgotten (they are indexed at their first ``batch_get``
+        from what it shows)."""
         keys = v.as_request_ids(list(req_ids))
         seqs = v.as_batch(list(prompts), "prompts")
         if len(seqs) != len(keys):
             raise ValueError(f"{len(keys)} req_ids but {len(seqs)} prompts")
-        self._prompts.update(zip(keys, seqs))
+        dr = self._drafter
+        for k, seq in zip(keys, seqs):
+            held = self._prompts.get(k)
+            if held is not None and held.size == seq.size and np.array_equal(held, seq):
+                continue
+            self._prompts[k] = seq
+            if dr is not None and k not in dr._slot:  # (in flight: already indexed)
+                dr.prepare(k, seq)
+        if len(self._prompts) > NOTED_MAX:
+            flying = set(dr.requests) if dr is not None else set()
+            idle = [k for k in self._prompts if k not in flying]
+            for k in idle[:max(0, len(idle) - NOTED_MAX)]:
+                self._forget(k)
 
     def note_finished(self, req_ids: Sequence[Hashable],
                       sequences: Sequence[Sequence[int]]) -> None:
@@ -429,8 +450,11 @@ class NgramCorpus:
     # ---- the Drafter path ----------------------------------------------------------------------
 
     def _forget(self, key: Hashable) -> None:
-        self._prompts.pop(key, None)
+        noted = self._prompts.pop(key, None) is not None
         self._final.pop(key, None)
+        dr = self._drafter
+        if noted and dr is not None and key in dr.prepared:
+            dr.finish(key)  # its prepared prompt, never drafted
 
     def _next_step(self, req_ids, batch_tokens, total_lens):
         """The common step, without per-request Python work: the same requests as the last
@@ -540,16 +564,3 @@ def _pack_windows(batch: Any) -> tuple[np.ndarray, np.ndarray] | None:
     offsets = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
     return flat.astype(np.int32), offsets
-
-
-def _warm_drafter(cfg: NgramConfig, backend: str, costs: Any) -> None:
-    """Compile the Drafter's kernels for this config now (a throwaway run of one request), not
-    at the server's first decode step."""
-    scratch = Drafter(config=cfg.replace(capacity=max(cfg.trie_depth + 1, 64)), backend=backend,
-                      costs=costs)
-    scratch.add_request(0, [1, 2, 3, 1, 2], first_token=3)
-    d = scratch.propose([0])
-    scratch.accept({0: [int(d.tokens[0, 1]) if d.num_drafts[0] else 1]})
-    scratch.propose([0])
-    scratch.accept({0: [1]})
-    scratch.finish(0)

@@ -29,8 +29,9 @@ sends :data:`ngramspec.sweep.budget.SGLANG_SLOTS` (``docs/sglang.md``: the study
 
 :func:`install` replaces ``NgramCorpus`` in SGLang's worker module by
 :class:`ngramspec.integrations.sglang.NgramCorpus` bound to the configuration, and wraps the
-worker's draft preparation so that the drafter hears of each new request's prompt and of
-each departed request's final tokens (:meth:`~ngramspec.integrations.sglang.NgramCorpus.
+worker's draft preparation so that the drafter hears of each new request's prompt (at its
+extend batch, before the prefill forward: its index is built meanwhile) and of each departed
+request's final tokens (:meth:`~ngramspec.integrations.sglang.NgramCorpus.
 note_prompts`, :meth:`~ngramspec.integrations.sglang.NgramCorpus.note_finished`); it logs
 ``ngramspec: SGLang's NGRAM drafter is ngramspec's NgramCorpus (...)`` when the worker
 creates the drafter.
@@ -122,6 +123,9 @@ def install(config: Any = None) -> bool:
     corpus_mod.NgramCorpus = ConfiguredNgramCorpus
     cls = worker.NGRAMWorker
     cls._prepare_draft_tokens = _hooked(cls._prepare_draft_tokens)
+    if hasattr(cls, "_prepare_for_speculative_decoding"):
+        cls._prepare_for_speculative_decoding = _hooked_extend(
+            cls._prepare_for_speculative_decoding)
     _installed.append(cfg)
     return True
 
@@ -134,12 +138,15 @@ def _hooked(prepare):
         corpus = self.ngram_corpus
         if hasattr(corpus, "note_prompts") and not corpus.config.sglang_exact:
             previous = getattr(self, "_ngramspec_reqs", {})
+            noted = self.__dict__.setdefault("_ngramspec_noted", set())
             current = {req.rid: req for req in batch.reqs}
             gone = [rid for rid in previous if rid not in current]
             if gone:
                 corpus.note_finished(gone, [list(previous[r].origin_input_ids_unpadded)
                                             + list(previous[r].output_ids) for r in gone])
-            new = [req for rid, req in current.items() if rid not in previous]
+                noted.difference_update(gone)
+            new = [req for rid, req in current.items()
+                   if rid not in previous and rid not in noted]
             if new:
                 corpus.note_prompts([req.rid for req in new],
                                     [list(req.origin_input_ids_unpadded) for req in new])
@@ -148,6 +155,30 @@ def _hooked(prepare):
 
     _prepare_draft_tokens.__ngramspec__ = True
     return prepare if getattr(prepare, "__ngramspec__", False) else _prepare_draft_tokens
+
+
+def _hooked_extend(prepare):
+    """The worker's per-batch preparation, telling the drafter the prompts of an extend
+    (prefill) batch before its forward runs, once per request (a chunked prefill's later
+    chunks are not told again): their own indexes are built meanwhile."""
+
+    @functools.wraps(prepare)
+    def _prepare_for_speculative_decoding(self, batch, *args, **kwargs):
+        corpus = self.ngram_corpus
+        mode = getattr(batch, "forward_mode", None)
+        if (hasattr(corpus, "note_prompts") and not corpus.config.sglang_exact
+                and mode is not None and not mode.is_decode()):
+            noted = self.__dict__.setdefault("_ngramspec_noted", set())
+            new = [req for req in batch.reqs if req.rid not in noted]
+            if new:
+                corpus.note_prompts([req.rid for req in new],
+                                    [list(req.origin_input_ids_unpadded) for req in new])
+                noted.update(req.rid for req in new)
+        return prepare(self, batch, *args, **kwargs)
+
+    _prepare_for_speculative_decoding.__ngramspec__ = True
+    return prepare if getattr(prepare, "__ngramspec__", False) else \
+        _prepare_for_speculative_decoding
 
 
 def plugin() -> None:

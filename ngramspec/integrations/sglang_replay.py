@@ -48,7 +48,8 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
                   draft_token_num: int, hooks: bool = False,
                   on_get: Callable[[list, np.ndarray, np.ndarray], None] | None = None,
                   legacy_branch_length: int | None = None,
-                  limit: int | None = None) -> list[np.ndarray]:
+                  limit: int | None = None,
+                  forward: Callable[[str, int], None] | None = None) -> list[np.ndarray]:
     """Drive ``corpus`` through the worker's calls; per request, the tokens emitted at each of
     its verify steps (int32, as :attr:`ngramspec.SimulationResult.emitted`).
 
@@ -58,6 +59,11 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
     ``max_match_window_size``) tokens without ids, ``batch_put`` of each request's last
     ``legacy_branch_length`` tokens after appending what it emitted, no erase.  ``limit``
     stops after that many serving-loop iterations (the requests still running are erased).
+    ``forward(kind, n)`` stands for the model's forwards where the server runs them:
+    ``("prefill", prompt tokens)`` after the new requests' ``note_prompts`` (the extend batch
+    the launcher hook sees first), ``("decode", batch size)`` after each iteration's
+    ``batch_put`` and erase (the scheduler's work and the next forward, which the insert
+    thread overlaps).
     """
     legacy = legacy_branch_length is not None
     prompts = [np.asarray(p, np.int64) for p in prompts]
@@ -85,6 +91,8 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
         if hooks:
             if joined:
                 corpus.note_prompts([f"r{r}" for r in joined], [prompts[r] for r in joined])
+        if joined and forward is not None:
+            forward("prefill", sum(int(prompts[r].size) for r in joined))
             if departed:
                 corpus.note_finished([f"r{r}" for r in departed],
                                      [np.concatenate([prompts[r], outputs[r][:done[r]]])
@@ -114,6 +122,8 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
             corpus.batch_put(windows)
         if departed and not legacy:  # the worker erases last iteration's departures now
             corpus.erase_match_state([f"r{r}" for r in departed])
+        if forward is not None:
+            forward("decode", b)
         previous = list(running)
         running = [r for r in running if done[r] < outputs[r].size]
         iterations += 1

@@ -50,7 +50,7 @@ import numpy as np
 
 from ..config import PRESETS, VLLM_PROFILE, NgramConfig, toml_options
 from ..config_vllm import ENV_CONFIG, ENV_COSTS
-from ..drafter import Drafter
+from ..drafter import Drafter, warm_drafter
 
 __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config",
            "resolve_config", "choose_counts"]
@@ -403,17 +403,7 @@ class Proposer:
 
     def _warm(self, backend: str, costs: Any) -> None:
         """Compile the drafter's kernels now, not at vLLM's first decode step."""
-        cfg = self.config.replace(capacity=max(self.config.trie_depth + 1, 64))
-        scratch = Drafter(config=cfg, backend=backend, costs=costs)
-        for b in (1, 2):
-            rids = list(range(b))
-            for r in rids:
-                scratch.add_request(r, [1, 2, 3, 1, 2, 3, 1, 2], first_token=3)
-            for _ in range(2):
-                scratch.propose(rids)
-                scratch.accept({r: [1] for r in rids})
-            for r in rids:
-                scratch.finish(r)
+        warm_drafter(self.config, backend, costs)
         ctx, n = np.ones((2, 40), np.int32), np.full(2, 40, np.int32)  # vLLM's dtypes
         key = (ctx.dtype.num, ctx.flags.num, ctx.ndim, n.dtype.num, n.flags.num, n.ndim)
         self._entries[key] = self._entry_points(ctx, n)

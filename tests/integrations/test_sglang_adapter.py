@@ -296,6 +296,10 @@ FAKE = {
                 lens = [len(r.origin_input_ids_unpadded) + len(r.output_ids)
                         for r in batch.reqs]
                 return self.ngram_corpus.batch_get([r.rid for r in batch.reqs], tails, lens)
+
+            def _prepare_for_speculative_decoding(self, batch):
+                if batch.forward_mode.is_decode():
+                    return self._prepare_draft_tokens(batch)
     """,
     "sglang/srt/managers/scheduler.py": """
         import json
@@ -305,10 +309,17 @@ FAKE = {
             from sglang.srt.speculative.ngram_worker import NGRAMWorker
             w = NGRAMWorker(args)
             prompt = [7, 8, 9] * 20 + [1, 2, 3, 4, 5, 6] + [0] * 30
-            req = SimpleNamespace(rid="a", origin_input_ids_unpadded=prompt, output_ids=[1])
-            tokens, mask = w._prepare_draft_tokens(SimpleNamespace(reqs=[req]))
+            req = SimpleNamespace(rid="a", origin_input_ids_unpadded=prompt, output_ids=[])
+            extend = SimpleNamespace(is_decode=lambda: False)
+            decode = SimpleNamespace(is_decode=lambda: True)
+            w._prepare_for_speculative_decoding(SimpleNamespace(reqs=[req], forward_mode=extend))
+            prepared = w.ngram_corpus._drafter.prepared  # indexed during the prefill
+            req.output_ids = [1]
+            tokens, mask = w._prepare_for_speculative_decoding(
+                SimpleNamespace(reqs=[req], forward_mode=decode))
             queue.put(json.dumps(dict(cls=type(w.ngram_corpus).__mro__[1].__module__,
-                                      tokens=tokens.tolist(), n=mask.size)))
+                                      tokens=tokens.tolist(), n=mask.size, prepared=prepared,
+                                      after=w.ngram_corpus._drafter.prepared)))
     """,
     "sglang/launch_server.py": """
         import json, sys
@@ -353,6 +364,9 @@ def test_launcher_switches_the_spawned_scheduler_over(fake_sglang):
     # drafter through the worker hook: the first output token 1 drafts 2 (the tail alone,
     # zeros and 1, drafts nothing)
     assert got["tokens"][:2] == [1, 2]
+    # the prompt was told at its extend batch (its index built during the prefill) and taken
+    # up by the first batch_get
+    assert got["prepared"] == ["a"] and got["after"] == []
     assert "ngramspec: SGLang's NGRAM drafter is ngramspec's NgramCorpus" in out.stderr
 
 

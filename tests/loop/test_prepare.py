@@ -1,0 +1,117 @@
+"""``Drafter.prepare`` (a prompt's own index built in the background during its prefill) drafts
+exactly what ``add_request`` alone drafts, step by step, whatever the thread's timing; a
+prompt that changed is indexed afresh; ``finish`` forgets a prepared request; the SGLang
+drop-in prepares the prompts its worker hook tells."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import recorded_argmax, recorded_streams
+from numpy.testing import assert_array_equal
+
+import ngramspec as ns
+from ngramspec.errors import UnknownRequestError
+from ngramspec.integrations import sglang as adapter
+
+CONFIGS = {
+    "recommended": {},
+    "prompt-unindexed": {"index_prompt": False},
+    # own_window = max(capacity // 2, 4 * depth) = 200: prepared builds that re-index
+    "small-window": {"capacity": 400},
+}
+
+
+def _run(cfg: ns.NgramConfig, rows: list[dict], prepare: bool, concurrency: int = 3):
+    """The step API over ``rows``; with ``prepare``, every prompt prepared a step before it is
+    added (as a server's prefill runs between); per step the drafts."""
+    drafter = ns.Drafter(config=cfg)
+    queue, running, log = list(rows), [], []
+    outputs = {r["id"]: r["output_ids"] for r in rows}
+    if prepare and queue:
+        drafter.prepare(queue[0]["id"], queue[0]["prompt_ids"])
+    while queue or running:
+        while queue and len(running) < concurrency:
+            row = queue.pop(0)
+            if prepare and queue:  # the next one's prefill starts
+                drafter.prepare(queue[0]["id"], queue[0]["prompt_ids"])
+            drafter.add_request(row["id"], row["prompt_ids"], row["output_ids"][0])
+            running.append(row["id"])
+        d = drafter.propose(running)
+        log.append((d.tokens.copy(), d.mask.copy(), d.num_drafts.copy()))
+        done = [len(drafter.output(r)) for r in running]
+        pred = np.stack([recorded_argmax(d, b, outputs[r], done[b])
+                         for b, r in enumerate(running)])
+        pred[pred < 0] = 0
+        left = [len(outputs[r]) - done[b] for b, r in enumerate(running)]
+        drafter.accept(ns.verify_greedy(d, pred), max_tokens=left)
+        for r in list(running):
+            if len(drafter.output(r)) == len(outputs[r]):
+                drafter.finish(r)
+                running.remove(r)
+    return log, drafter
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_prepared_prompts_draft_as_added_ones(name):
+    cfg = ns.NgramConfig.recommended(**CONFIGS[name])
+    rows = recorded_streams(8)
+    for r in rows[::2]:  # prompts longer than the small window: the prepared build re-indexes
+        r["prompt_ids"] = list(r["prompt_ids"]) * 3
+    plain, _ = _run(cfg, rows, prepare=False)
+    prepared, drafter = _run(cfg, rows, prepare=True)
+    assert drafter.prepared == [] and len(plain) == len(prepared)
+    for (t0, m0, n0), (t1, m1, n1) in zip(plain, prepared):
+        assert_array_equal(t1, t0)
+        assert_array_equal(m1, m0)
+        assert_array_equal(n1, n0)
+    assert sum(int(n.sum()) for _, _, n in plain) > 0  # the drafts compared are not all empty
+
+
+def test_a_changed_prompt_is_indexed_afresh():
+    cfg = ns.NgramConfig.recommended()
+    a, b = ns.Drafter(config=cfg), ns.Drafter(config=cfg)
+    a.prepare("r", [5, 6, 7, 5, 6, 7, 5, 6])
+    a.add_request("r", [1, 2, 3, 1, 2], first_token=3)  # not the prepared prompt
+    b.add_request("r", [1, 2, 3, 1, 2], first_token=3)
+    assert a.prepared == []
+    da, db = a.propose(["r"]), b.propose(["r"])
+    assert_array_equal(da.tokens, db.tokens)
+    assert_array_equal(da.num_drafts, db.num_drafts)
+    assert int(da.num_drafts[0]) > 0 and 5 not in da.tokens[0, :int(da.num_drafts[0]) + 1]
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_prepare_is_checked_and_finish_forgets_it(backend):
+    drafter = ns.Drafter(config=ns.NgramConfig.recommended(), backend=backend)
+    drafter.prepare("p", [1, 2, 3])
+    drafter.prepare(7, np.array([4, 5]))
+    assert drafter.prepared == ["p", 7]
+    drafter.finish(7)
+    assert drafter.prepared == ["p"] and drafter.requests == []
+    with pytest.raises(UnknownRequestError):
+        drafter.finish(7)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        drafter.prepare("q", [1, -2])
+    drafter.add_request("p", [1, 2, 3], first_token=1)
+    with pytest.raises(ValueError, match="already in flight"):
+        drafter.prepare("p", [1, 2, 3])
+    assert drafter.prepared == [] and drafter.requests == ["p"]
+
+
+def test_the_drop_in_prepares_the_noted_prompts(monkeypatch):
+    rec = ns.NgramConfig.recommended()
+    kw = dict(max_trie_depth=rec.max_trie_depth, draft_token_num=rec.draft_token_num)
+    corpus = adapter.NgramCorpus(**kw, config=rec)
+    prompt = [7, 8, 9] * 20 + [1, 2, 3, 4, 5, 6] + [0] * 30
+    corpus.note_prompts(["a", "b"], [prompt, [4, 4, 4]])
+    corpus.note_prompts(["a"], [prompt])  # told again unchanged: nothing new
+    assert corpus._drafter.prepared == ["a", "b"]
+    corpus.erase_match_state(["b"])  # never drafted: its prepared prompt goes
+    assert corpus._drafter.prepared == ["a"]
+    tokens, _ = corpus.batch_get(["a"], [(prompt + [1])[-rec.max_trie_depth:]], [len(prompt) + 1])
+    assert tokens[:2].tolist() == [1, 2] and corpus._drafter.prepared == []
+    monkeypatch.setattr(adapter, "NOTED_MAX", 2)
+    corpus.note_prompts(["c", "d", "e"], [[1], [2], [3]])
+    # "a" is in flight and stays noted; of the others the oldest is forgotten
+    assert corpus._drafter.prepared == ["d", "e"]
