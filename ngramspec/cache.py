@@ -46,9 +46,9 @@ class NgramCache(BackgroundInserts):
         See :class:`NgramConfig`; the last three belong to ``profile="sglang-0.5.9"``.
     external_sam_budget, external_corpus_max_tokens
         External corpora (SGLang 0.5.23; off by default), see :meth:`add_corpus`.
-    index_prompt, exact_counts, local_index, min_token_prob, max_spec_factor, min_expected_accept
-    shared_pseudo_count, calibrated_estimates, chain
-        Options beyond SGLang, all off by default; see :class:`NgramConfig`.  The first three
+    index_prompt, exact_counts, local_index, shared_prompt_window, min_token_prob, max_spec_factor
+    min_expected_accept, shared_pseudo_count, calibrated_estimates, chain
+        Options beyond SGLang, all off by default; see :class:`NgramConfig`.  The first four
         and ``chain`` are :class:`Drafter` policies (``match`` returns trees;
         :meth:`DraftBatch.chains` cuts them); the others tune ``match_type="ADAPTIVE"``, whose
         matching is stateless (``request_ids``/``total_lens`` are checked and not used).
@@ -90,7 +90,8 @@ class NgramCache(BackgroundInserts):
                  min_match_window_size: int | None = None,
                  max_match_window_size: int | None = None,
                  index_prompt: bool | None = None, exact_counts: bool | None = None,
-                 local_index: bool | None = None, min_token_prob: float | None = None,
+                 local_index: bool | None = None, shared_prompt_window: int | None = None,
+                 min_token_prob: float | None = None,
                  max_spec_factor: float | None = None,
                  min_expected_accept: float | str | None = None,
                  shared_pseudo_count: float | None = None,
@@ -106,7 +107,8 @@ class NgramCache(BackgroundInserts):
             match_type=match_type, capacity=capacity, profile=profile,
             branch_length=branch_length, min_match_window_size=min_match_window_size,
             max_match_window_size=max_match_window_size, index_prompt=index_prompt,
-            exact_counts=exact_counts, local_index=local_index, min_token_prob=min_token_prob,
+            exact_counts=exact_counts, local_index=local_index,
+            shared_prompt_window=shared_prompt_window, min_token_prob=min_token_prob,
             max_spec_factor=max_spec_factor,
             min_expected_accept=min_expected_accept, external_sam_budget=external_sam_budget,
             external_corpus_max_tokens=external_corpus_max_tokens,
@@ -337,10 +339,14 @@ class NgramCache(BackgroundInserts):
         return DraftBatch._trusted(tokens, mask, num_drafts)
 
     def _insert_counted(self, flat: np.ndarray, offsets: np.ndarray,
-                        count_from: np.ndarray) -> None:
+                        count_from: np.ndarray, *, wait: bool = True) -> None:
         """A :class:`Drafter`'s exact-counting insert of non-empty sequences it cut from its
         own rows, packed (int32 ``flat``, int64 ``offsets`` and ``count_from``, each within
-        its sequence): no checks."""
+        its sequence, never written again by it): no checks.  ``wait=False``: queued for the
+        insert thread (every read of the trie waits for it first)."""
+        if not wait:
+            self._push((None, (flat, offsets, count_from)))
+            return
         if self._done != self._queued or self._errors:
             self.synchronize()
         with self._lock:

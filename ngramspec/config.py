@@ -153,6 +153,16 @@ class NgramConfig:
         token, and a step's append costs O(tokens appended) whatever the context's length.
         It holds at most :attr:`own_window` tokens (5,000,000 at the default capacity); a
         request that outgrows that is re-indexed from its last ``own_window // 2`` tokens.
+    shared_prompt_window : int, optional
+        With ``local_index`` and ``exact_counts``: a finished request teaches the shared trie
+        its output and only the n-grams ending in the last ``shared_prompt_window`` tokens of
+        its prompt (``None``, the default: its whole prompt with ``index_prompt``).  The
+        shared trie's insert costs O(tokens x depth): about 24 ms for a 16k-token prompt at
+        depth 24, in the cache's insert thread, which the next draft waits for; and a long
+        document would push what other requests taught out of it.  The request's own index
+        still holds its whole prompt.  ``recommended()`` sets 2048 (longer than every
+        shipped recording's prompt: their drafts are unchanged).  ``>= 0``; no effect
+        without ``local_index`` and ``exact_counts``.
     match_type : "ADAPTIVE"
         Best-first expansion by an estimated path probability (products of
         ``freq(child) / freq(node)``), anchors longest first, into one tree; per-slot
@@ -246,6 +256,7 @@ class NgramConfig:
     index_prompt: bool = False
     exact_counts: bool = False
     local_index: bool = False
+    shared_prompt_window: int | None = None
     min_token_prob: float = 0.0
     max_spec_factor: float = 0.0
     min_expected_accept: float | Literal["auto"] = 0.0
@@ -352,6 +363,12 @@ class NgramConfig:
         if beyond and self.profile != "sglang-0.5.23":
             raise ValueError(f"{', '.join(beyond)}: options beyond SGLang exist for profile "
                              f"'sglang-0.5.23' only, not {self.profile!r}")
+        if self.shared_prompt_window is not None:
+            w = _check_int("shared_prompt_window", self.shared_prompt_window)
+            if w < 0:
+                raise ValueError(f"shared_prompt_window must be >= 0 (prompt tokens) or None "
+                                 f"(the whole prompt), got {w}")
+            object.__setattr__(self, "shared_prompt_window", w)
         if self.local_index and self.match_type != "ADAPTIVE":
             raise ValueError("local_index=True drafts through match_type='ADAPTIVE' (SGLang's "
                              f"BFS/PROB have one trie), got match_type={self.match_type!r}")

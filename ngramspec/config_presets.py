@@ -14,7 +14,7 @@ PRESETS = ("sglang", "recommended", "recommended-cost-aware", "calibrated", "cha
 _PRESET_OPTIONS: dict[str, dict[str, Any]] = {
     "sglang": {},
     "recommended": dict(index_prompt=True, exact_counts=True, local_index=True,
-                        match_type="ADAPTIVE", min_token_prob=0.5, max_spec_factor=1.0,
+                        shared_prompt_window=2048, match_type="ADAPTIVE", min_token_prob=0.5, max_spec_factor=1.0,
                         shared_pseudo_count=2.0, max_trie_depth=24, draft_token_num=16),
 }
 _PRESET_OPTIONS["recommended-cost-aware"] = dict(_PRESET_OPTIONS["recommended"],
@@ -22,7 +22,7 @@ _PRESET_OPTIONS["recommended-cost-aware"] = dict(_PRESET_OPTIONS["recommended"],
 # The wide trees the calibration table of ``acceptance`` was fitted on (tuning part only), with
 # its estimates: the base for ``min_expected_accept="auto"`` with step costs.
 _PRESET_OPTIONS["calibrated"] = dict(index_prompt=True, exact_counts=True, local_index=True,
-                                     match_type="ADAPTIVE", min_token_prob=0.18,
+                                     shared_prompt_window=2048, match_type="ADAPTIVE", min_token_prob=0.18,
                                      max_spec_factor=4.0, max_trie_depth=24,
                                      calibrated_estimates=True)
 

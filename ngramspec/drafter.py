@@ -340,7 +340,7 @@ class Drafter(AcceptSteps):
             # model of the compiled own index: its window rule is in _count).
             self._local[slot] = NgramCache(config=cfg.replace(
                 index_prompt=False, exact_counts=True, local_index=False,
-                capacity=_UNBOUNDED), backend=self.cache.backend)
+                shared_prompt_window=None, capacity=_UNBOUNDED), backend=self.cache.backend)
             self._own_base[slot] = max(0, (0 if cfg.index_prompt else prompt.size)
                                        - cfg.trie_depth + 1)
         self._slot[key] = slot
@@ -350,10 +350,11 @@ class Drafter(AcceptSteps):
             self.cache.insert([prompt])
 
     def _count(self, slots: Sequence[int], starts: Sequence[int],
-               into: NgramCache | None = None) -> None:
+               into: NgramCache | None = None, wait: bool = True) -> None:
         """Count once every n-gram of each slot's sequence that ends at its ``start`` or later
         (up to the trie depth long), into ``into`` (default: the request's own trie, else the
-        shared one; the shared trie's batch in one insert, in batch order)."""
+        shared one; the shared trie's batch in one insert, in batch order); ``wait=False``:
+        ``into``'s counts by its insert thread."""
         depth = self.config.trie_depth
         store = self._store
         shared_seqs, shared_from = [], []
@@ -382,7 +383,8 @@ class Drafter(AcceptSteps):
                 shared_from.append(start - lo)
             else:
                 target._insert_counted(seq, np.array([0, seq.size], np.int64),
-                                       np.array([start - lo], np.int64))
+                                       np.array([start - lo], np.int64),
+                                       wait=wait or into is None)
         if shared_seqs:
             self.cache._insert_counted(
                 np.concatenate(shared_seqs),
@@ -702,9 +704,12 @@ class Drafter(AcceptSteps):
                 return
         key, slot = self._get(rid, "rid")
         cfg = self.config
-        if cfg.local_index and cfg.exact_counts:  # the shared trie learns the whole request
-            self._count([slot], [0 if cfg.index_prompt else int(self._store.plen[slot])],
-                        into=self.cache)
+        if cfg.local_index and cfg.exact_counts:
+            # The shared trie learns the whole request, in its insert thread (O(length x
+            # depth): 30-50 ms at 16k tokens); the next propose waits for it, as SGLang's
+            # worker synchronizes before each batch_get.
+            self._count([slot], [_finish_from(cfg, int(self._store.plen[slot]))],
+                        into=self.cache, wait=False)
         del self._slot[key]
         self._local[slot] = None
         self._own_base.pop(slot, None)
@@ -723,9 +728,19 @@ class Drafter(AcceptSteps):
             if not self._pend_keys:
                 self._clear_pending()
         self._store.free.append(slot)
-        if cfg.stateful:
+        if cfg.stateful and not self._adaptive:  # (ADAPTIVE drafts keep no match state)
             self.cache.erase([key])
 
+
+
+def _finish_from(cfg: NgramConfig, plen: int) -> int:
+    """Where a finished request's n-grams counted into the shared trie end at the earliest
+    (``local_index`` with ``exact_counts``): its prompt's start with ``index_prompt``, at
+    most ``shared_prompt_window`` tokens before the prompt's end; else the prompt's end."""
+    start = 0 if cfg.index_prompt else plen
+    if cfg.shared_prompt_window is not None:
+        start = max(start, plen - cfg.shared_prompt_window)
+    return start
 
 
 def warm_drafter(config: NgramConfig, backend: str = "numba", costs: Any = None) -> None:

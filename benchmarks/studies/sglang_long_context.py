@@ -14,8 +14,11 @@ requests arrive (the extend batch), a decode of ``--decode-ms`` after each itera
 
 Per row: the serving thread's time in the drafter's calls per request-step (their sum over
 the run divided by the request-steps) and the worst single iteration (all calls of one
-iteration, whole batch), for SGLang's class at the server defaults, the drop-in at the server
-defaults (SGLang-exact) and the drop-in with ``recommended()``; the ratios to SGLang's class;
+iteration, whole batch; the last erase, after the last iteration, counts as one), for
+SGLang's class at the server defaults, the drop-in at the server
+defaults (SGLang-exact), the drop-in with ``recommended()`` and with ``recommended()`` whose
+finished requests teach the shared trie their whole prompt (``shared_prompt_window=None``,
+as before that option); the ratios to SGLang's class;
 tokens per verify step.  Every configuration runs once untimed first (kernels compiled), then
 ``--rounds`` times alternately; per configuration the round with the least total is kept.
 
@@ -89,7 +92,7 @@ def run(make, rows: list[dict], cfg: ns.NgramConfig, hooks: bool, args) -> dict:
     total = sum(corpus.iterations) + corpus.now  # (the final erase after the last iteration)
     steps = sum(e.size for e in emitted)
     return dict(us_per_request_step=1e6 * total / max(1, corpus.request_steps),
-                worst_ms=1e3 * max(corpus.iterations, default=0.0),
+                worst_ms=1e3 * max(corpus.iterations + [corpus.now]),
                 tokens_per_step=sum(int(e.sum()) for e in emitted) / max(1, steps),
                 total_s=total)
 
@@ -102,17 +105,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--prefill-us", type=float, default=2.0,
                     help="the prefill stand-in, microseconds per prompt token")
-    ap.add_argument("--decode-ms", type=float, default=2.0,
-                    help="the stand-in between iterations, milliseconds")
+    ap.add_argument("--decode-ms", type=float, default=12.0,
+                    help="the stand-in between iterations, milliseconds (default: a large "
+                    "MoE model's decode step)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     sglang_cls = sglang_corpus.corpus_class()
     server, rec = ns.NgramConfig(), ns.NgramConfig.recommended()
+    whole = rec.replace(shared_prompt_window=None)
     configs = [("SGLang's class", lambda: sglang_cls(**_server_kw(server)), server, False),
                ("drop-in, defaults", lambda: NgramCorpus(**_server_kw(server), config=server),
                 server, False),
                ("drop-in, recommended()", lambda: NgramCorpus(**_server_kw(rec), config=rec),
-                rec, True)]
+                rec, True),
+               # before shared_prompt_window: a finished request's whole prompt to the trie
+               ("  ... whole prompt shared", lambda: NgramCorpus(**_server_kw(whole),
+                                                                  config=whole), whole, True)]
     pool = load_rows()
     print(f"{machine()}\nprefill stand-in {args.prefill_us} us/prompt token, decode stand-in "
           f"{args.decode_ms} ms, {args.steps} iterations, best of {args.rounds} rounds; "

@@ -242,7 +242,9 @@ def _bounds(plen: np.ndarray, olen: np.ndarray, config: NgramConfig):
     else:
         adm_shared = zeros
     if config.local_index and config.exact_counts:
-        fin = np.where(admitted, (plen + olen - np.maximum(0, start - depth + 1)) * depth, 0)
+        fin_start = start if config.shared_prompt_window is None else \
+            np.maximum(start, plen - config.shared_prompt_window)
+        fin = np.where(admitted, (plen + olen - np.maximum(0, fin_start - depth + 1)) * depth, 0)
     else:
         fin = zeros
     return tuple(np.ascontiguousarray(a, np.int64) for a in (adm_shared, adm_local, fin))

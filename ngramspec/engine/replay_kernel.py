@@ -72,8 +72,8 @@ L_MORE = 9
 LOOP_SIZE = 10
 # Slots of the int64 ``cfg`` array.
 (C_DEPTH, C_MLEN, C_MINB, C_MAXB, C_BUDGET, C_MODE, C_CAP, C_STATEFUL, C_MINW, C_MAXW, C_SKIP,
- C_WINDOWS, C_EXACT, C_LOCAL, C_FINISH, C_PROMPT, C_CONC) = range(17)
-CFG_SIZE = 17
+ C_WINDOWS, C_EXACT, C_LOCAL, C_FINISH, C_PROMPT, C_CONC, C_SHARED_PROMPT) = range(18)
+CFG_SIZE = 18
 MODE_BFS, MODE_PROB, MODE_ADAPTIVE = 0, 1, 2
 
 
@@ -101,6 +101,9 @@ def _config_arrays(config: NgramConfig, concurrency: int) -> tuple[np.ndarray, n
     cfg[C_FINISH] = config.local_index and config.exact_counts
     cfg[C_PROMPT] = config.index_prompt
     cfg[C_CONC] = concurrency
+    # (-1: a finished request teaches the shared trie its whole prompt)
+    cfg[C_SHARED_PROMPT] = (-1 if config.shared_prompt_window is None
+                            else config.shared_prompt_window)
     auto = config.min_expected_accept == "auto"
     fcfg = np.asarray([config.min_token_prob, config.max_spec_factor,
                        0.0 if auto else config.min_expected_accept,
@@ -285,12 +288,15 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
         g_mode = loop[L_GMODE]
         clock = loop[L_GCLOCK]
         # Finish inserts of the requests that finished at the previous step, in batch order:
-        # the shared trie learns the whole request (local_index with exact_counts).
+        # the shared trie learns the whole request (local_index with exact_counts; of its
+        # prompt the last shared_prompt_window tokens).
         for f in range(loop[L_NFIN]):
             r = fin_req[f]
             plen = p_off[r + 1] - p_off[r]
             size = plen + o_off[r + 1] - o_off[r]
             start = 0 if index_prompt else plen
+            if cfg[C_SHARED_PROMPT] >= 0:  # only the prompt's last shared_prompt_window
+                start = max(start, plen - cfg[C_SHARED_PROMPT])
             lo = max(0, start - depth + 1)
             _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
             clock = insert_suffixes(seq[:size - lo], zero, lo, zero, start - lo, depth, capacity,

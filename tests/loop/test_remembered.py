@@ -19,6 +19,11 @@ OPTIONS = {
                         match_type="ADAPTIVE", min_token_prob=0.5, max_spec_factor=1.0,
                         shared_pseudo_count=2.0, max_trie_depth=24, draft_token_num=16),
     "local-windows": dict(local_index=True, match_type="ADAPTIVE", min_token_prob=0.1),
+    # a finished request teaches the shared trie only its prompt's last 40 tokens
+    "short-shared-prompt": dict(index_prompt=True, exact_counts=True, local_index=True,
+                                shared_prompt_window=40, match_type="ADAPTIVE",
+                                min_token_prob=0.5, max_spec_factor=1.0,
+                                shared_pseudo_count=2.0, max_trie_depth=24, draft_token_num=16),
     "adaptive-shared": dict(match_type="ADAPTIVE", exact_counts=True, min_token_prob=0.1),
 }
 
@@ -131,3 +136,33 @@ def test_a_shared_cache_keeps_its_lru_list():
     drafter.propose(["a"])
     drafter.accept({"a": [9]})
     assert cache._backend.lru[0] == 1
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_shared_prompt_window_bounds_what_a_finished_request_teaches(backend):
+    """A finished request's n-grams reach the shared trie from the last shared_prompt_window
+    prompt tokens on: a prompt token before them is unknown to it, the last ones are known."""
+    prompt = list(range(1000, 1300))  # distinct tokens: every n-gram occurs once
+    nodes = {}
+    for window in (None, 10, 0):
+        cfg = ns.NgramConfig.recommended(shared_prompt_window=window, capacity=100_000)
+        drafter = ns.Drafter(config=cfg, backend=backend)
+        drafter.add_request("a", prompt, first_token=7)
+        drafter.propose(["a"])
+        drafter.accept({"a": [8]})
+        drafter.finish("a")
+        cache = drafter.cache
+        nodes[window] = len(cache)
+        early = cache.match([list(range(1090, 1101))])  # -> 1101: 199 tokens before the end
+        late = cache.match([list(range(1285, 1296))])   # -> 1296: within the last 10
+        assert (int(early.num_drafts[0]) > 0) == (window is None)
+        assert (int(late.num_drafts[0]) > 0) == (window != 0)
+    assert nodes[None] > nodes[10] > nodes[0] > 0
+
+
+def test_shared_prompt_window_is_checked():
+    with pytest.raises(ValueError, match="shared_prompt_window must be >= 0"):
+        ns.NgramConfig.recommended(shared_prompt_window=-1)
+    with pytest.raises(TypeError, match="shared_prompt_window must be an integer"):
+        ns.NgramConfig.recommended(shared_prompt_window=2.5)
+    assert ns.NgramConfig.recommended().shared_prompt_window == 2048

@@ -47,6 +47,9 @@ def all_configs() -> list[dict]:
     for (ip, ex), local, knobs in itertools.product(flags, [False, True], ADAPTIVE_KNOBS):
         out.append({"match_type": "ADAPTIVE", "index_prompt": ip, "exact_counts": ex,
                     "local_index": local, **knobs})
+    # a finished request teaches the shared trie its prompt's last 40 tokens only
+    out.append({"match_type": "ADAPTIVE", "index_prompt": True, "exact_counts": True,
+                "local_index": True, "shared_prompt_window": 40})
     return out
 
 
