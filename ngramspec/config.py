@@ -57,9 +57,6 @@ PROFILES = ("sglang-0.5.23", "sglang-0.5.9", "vllm-0.33")
 VLLM_PROFILE = "vllm-0.33"
 
 _INT32_MAX = 2**31 - 1
-# Corpus tokens across a cache's corpora: automaton states and edges are int32 ids (at most
-# 2 states and 3 edges per token).
-_MAX_CORPUS_TOKENS = 2**29
 
 # Fields that exist in one profile only, and their defaults there (SGLang's server defaults).
 # draft_token_num is shared but resolved per profile (see NgramConfig).
@@ -154,15 +151,11 @@ class NgramConfig:
         It holds at most :attr:`own_window` tokens (5,000,000 at the default capacity); a
         request that outgrows that is re-indexed from its last ``own_window // 2`` tokens.
     shared_prompt_window : int, optional
-        With ``local_index`` and ``exact_counts``: a finished request teaches the shared trie
-        its output and only the n-grams ending in the last ``shared_prompt_window`` tokens of
-        its prompt (``None``, the default: its whole prompt with ``index_prompt``).  The
-        shared trie's insert costs O(tokens x depth): about 24 ms for a 16k-token prompt at
-        depth 24, in the cache's insert thread, which the next draft waits for; and a long
-        document would push what other requests taught out of it.  The request's own index
-        still holds its whole prompt.  ``recommended()`` sets 2048 (longer than every
-        shipped recording's prompt: their drafts are unchanged).  ``>= 0``; no effect
-        without ``local_index`` and ``exact_counts``.
+        With ``local_index`` and ``exact_counts`` (no effect otherwise), ``>= 0``: a finished
+        request teaches the shared trie its output and the n-grams ending in its prompt's last
+        ``shared_prompt_window`` tokens only (None: its whole prompt), a cost of O(tokens x
+        depth) in the insert thread that the next draft waits for (24 ms at 16k tokens).
+        ``recommended()``: 2048, beyond every shipped recording's prompt.
     match_type : "ADAPTIVE"
         Best-first expansion by an estimated path probability (products of
         ``freq(child) / freq(node)``), anchors longest first, into one tree; per-slot
@@ -296,7 +289,7 @@ class NgramConfig:
             raise ValueError(f"match_type must be one of {MATCH_TYPES}, got {self.match_type!r}")
         self._check_beyond_sglang()
         if self.profile == VLLM_PROFILE:
-            self._check_corpora()
+            config_sglang.check_corpora(self, _check_int)
             return
         # SGLang's own constructor checks, in its order.
         depth_name = "max_trie_depth" if self.profile == "sglang-0.5.23" else "branch_length"
@@ -330,7 +323,7 @@ class NgramConfig:
             if getattr(self, name) > _INT32_MAX:
                 raise ValueError(f"{name} must fit in int32 (<= {_INT32_MAX}), "
                                  f"got {getattr(self, name)}")
-        self._check_corpora()
+        config_sglang.check_corpora(self, _check_int)
 
     def _check_beyond_sglang(self) -> None:
         for name in ("index_prompt", "exact_counts", "local_index", "calibrated_estimates",
@@ -363,12 +356,11 @@ class NgramConfig:
         if beyond and self.profile != "sglang-0.5.23":
             raise ValueError(f"{', '.join(beyond)}: options beyond SGLang exist for profile "
                              f"'sglang-0.5.23' only, not {self.profile!r}")
-        if self.shared_prompt_window is not None:
-            w = _check_int("shared_prompt_window", self.shared_prompt_window)
+        if (w := self.shared_prompt_window) is not None:
+            object.__setattr__(self, "shared_prompt_window", _check_int("shared_prompt_window", w))
             if w < 0:
                 raise ValueError(f"shared_prompt_window must be >= 0 (prompt tokens) or None "
                                  f"(the whole prompt), got {w}")
-            object.__setattr__(self, "shared_prompt_window", w)
         if self.local_index and self.match_type != "ADAPTIVE":
             raise ValueError("local_index=True drafts through match_type='ADAPTIVE' (SGLang's "
                              f"BFS/PROB have one trie), got match_type={self.match_type!r}")
@@ -380,23 +372,6 @@ class NgramConfig:
         elif self.draft_token_num is not None and self.draft_token_num > _ADAPTIVE_MAX_DRAFT:
             raise ValueError(f"draft_token_num must be <= {_ADAPTIVE_MAX_DRAFT} with "
                              f"match_type='ADAPTIVE', got {self.draft_token_num}")
-
-    def _check_corpora(self) -> None:
-        # SGLang's server checks (spec 3.6.1), applied whenever a budget is set.
-        for name in ("external_sam_budget", "external_corpus_max_tokens"):
-            object.__setattr__(self, name, _check_int(name, getattr(self, name)))
-        budget, cap = self.external_sam_budget, self.external_corpus_max_tokens
-        assert self.draft_token_num is not None
-        if not 0 <= budget <= self.draft_token_num - 1:
-            raise ValueError(f"external_sam_budget must be in [0, draft_token_num - 1 = "
-                             f"{self.draft_token_num - 1}] (0 = corpora off), got {budget}")
-        if not 1 <= cap <= _MAX_CORPUS_TOKENS:
-            raise ValueError(f"external_corpus_max_tokens must be in [1, {_MAX_CORPUS_TOKENS}], "
-                             f"got {cap}")
-        if budget and (self.profile != "sglang-0.5.23" or self.match_type == "ADAPTIVE"):
-            raise ValueError("external_sam_budget > 0 (external corpora) exists for profile "
-                             "'sglang-0.5.23' with match_type 'BFS' or 'PROB' only, got "
-                             f"profile={self.profile!r}, match_type={self.match_type!r}")
 
     @property
     def sglang_exact(self) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-__all__ = ["fields_of", "args_of"]
+__all__ = ["fields_of", "args_of", "check_corpora"]
 
 # SGLang server-argument names (after dropping "--", "speculative_" and "ngram_") that map onto
 # our fields, per era.  The corpus path is checked as SGLang does, and left to the caller to load.
@@ -26,6 +26,9 @@ _SGLANG_PROFILE_ARGS = {
                      "max_match_window_size": "max_match_window_size"},
 }
 _SGLANG_CORPUS_PATH = "external_corpus_path"
+# Corpus tokens across a cache's corpora: automaton states and edges are int32 ids (at most
+# 2 states and 3 edges per token).
+_MAX_CORPUS_TOKENS = 2**29
 
 
 def fields_of(args: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -123,3 +126,22 @@ def args_of(config: Any, *, plugin: bool = False) -> dict[str, Any]:
                    else f"speculative_ngram_{arg}")
             args[key] = getattr(config, f.name)
     return args
+
+
+def check_corpora(cfg: Any, check_int: Any) -> None:
+    """SGLang's server checks of the external-corpus options (spec 3.6.1), on ``cfg``
+    (a config being built: its ints are normalised by ``check_int``)."""
+    for name in ("external_sam_budget", "external_corpus_max_tokens"):
+        object.__setattr__(cfg, name, check_int(name, getattr(cfg, name)))
+    budget, cap = cfg.external_sam_budget, cfg.external_corpus_max_tokens
+    assert cfg.draft_token_num is not None
+    if not 0 <= budget <= cfg.draft_token_num - 1:
+        raise ValueError(f"external_sam_budget must be in [0, draft_token_num - 1 = "
+                         f"{cfg.draft_token_num - 1}] (0 = corpora off), got {budget}")
+    if not 1 <= cap <= _MAX_CORPUS_TOKENS:
+        raise ValueError(f"external_corpus_max_tokens must be in [1, {_MAX_CORPUS_TOKENS}], "
+                         f"got {cap}")
+    if budget and (cfg.profile != "sglang-0.5.23" or cfg.match_type == "ADAPTIVE"):
+        raise ValueError("external_sam_budget > 0 (external corpora) exists for profile "
+                         "'sglang-0.5.23' with match_type 'BFS' or 'PROB' only, got "
+                         f"profile={cfg.profile!r}, match_type={cfg.match_type!r}")

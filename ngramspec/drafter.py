@@ -39,6 +39,7 @@ import numpy as np
 
 from . import _validate as v
 from ._accept import NONE as _NONE, AcceptSteps
+from ._admit import PrepareSteps
 from ._jit import kernels
 from .cache import BACKENDS, NgramCache
 from .config import NgramConfig
@@ -56,7 +57,7 @@ _FUSED_MAX = 8
 _UNBOUNDED = 2**31 - 1
 
 
-class Drafter(AcceptSteps):
+class Drafter(PrepareSteps, AcceptSteps):
     """SGLang's per-step NGRAM bookkeeping around an :class:`NgramCache`, for your own loop.
 
     One step of a decode loop is ``propose`` (draft trees for some requests), the target's
@@ -206,11 +207,6 @@ class Drafter(AcceptSteps):
         """Ids proposed and not yet accepted, in batch order."""
         return list(self._pend_keys)
 
-    @property
-    def prepared(self) -> list[Hashable]:
-        """Ids given to :meth:`prepare` and not added yet, in the order they came."""
-        return list(self._prepared)
-
     def __repr__(self) -> str:
         return (f"Drafter(requests={len(self._slot)}, pending={len(self._pend_keys)}, "
                 f"cache={self.cache!r})")
@@ -224,73 +220,6 @@ class Drafter(AcceptSteps):
         if slot is None:
             raise UnknownRequestError(key, len(self._slot))
         return key, slot
-
-    def prepare(self, rid: Any, prompt_ids: Any) -> None:
-        """Index a request's prompt now, in a background thread, while its prefill runs.
-
-        With ``local_index`` (``recommended()``), :meth:`add_request` builds the request's own
-        index of its whole prompt (about 0.3 µs per prompt token: 5 ms at 16k tokens).  Called
-        when the prompt is known, before the prefill forward, ``prepare`` builds it in this
-        drafter's indexing thread instead (its kernels release the GIL), so that
-        :meth:`add_request` only waits for what is left of it and appends the first token.
-        The drafts are the same either way: ``add_request`` with the same prompt takes the
-        prepared index (waiting for it if need be), with another prompt it builds afresh.
-        Without ``local_index``, or on the reference backend, there is nothing to build
-        ahead: the prompt is only checked and held.  :meth:`finish` forgets a prepared
-        request that is never added.
-
-        Parameters
-        ----------
-        rid : str or int
-            The request's id (not in flight).
-        prompt_ids : 1-D sequence of int
-            The prompt's token ids, as :meth:`add_request` will get them.
-
-        Examples
-        --------
-        >>> import ngramspec as ns
-        >>> drafter = ns.Drafter(config=ns.NgramConfig.recommended())
-        >>> drafter.prepare("a", [1, 2, 3, 4, 1, 2, 3])   # then the prefill forward runs
-        >>> drafter.prepared
-        ['a']
-        >>> drafter.add_request("a", [1, 2, 3, 4, 1, 2, 3], first_token=4)
-        >>> drafter.propose(["a"]).tokens[0, :4].tolist()
-        [4, 1, 2, 3]
-        """
-        key = v.as_request_id(rid, "rid")
-        if key in self._slot:
-            raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
-                             "new id")
-        prompt = v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
-        self._drop_prepared(key)
-        job = None
-        if self._mem is not None and self.config.local_index:
-            if self._indexer is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                self._indexer = ThreadPoolExecutor(1, thread_name_prefix="ngramspec-index")
-            count = 0 if self.config.index_prompt else prompt.size
-            row = np.ascontiguousarray(prompt, np.int32)
-            job = self._indexer.submit(self._mem.build, row, row.size, count, row.size + 1)
-        self._prepared[key] = (prompt, job)
-
-    def _take_prepared(self, key: Hashable, prompt: np.ndarray) -> Any:
-        """The own index :meth:`prepare` built for ``key``'s ``prompt`` (None: none, or one of
-        another prompt, which is dropped)."""
-        got = self._prepared.pop(key, None)
-        if got is None or got[1] is None:
-            return None
-        held, job = got
-        if held.size != prompt.size or not np.array_equal(held, prompt):
-            job.cancel()
-            return None
-        return job.result()
-
-    def _drop_prepared(self, key: Hashable) -> bool:
-        got = self._prepared.pop(key, None)
-        if got is not None and got[1] is not None:
-            got[1].cancel()
-        return got is not None
 
     def add_request(self, rid: Any, prompt_ids: Any, first_token: int) -> None:
         """Start drafting for a request whose prefill produced ``first_token``.
@@ -741,23 +670,3 @@ def _finish_from(cfg: NgramConfig, plen: int) -> int:
     if cfg.shared_prompt_window is not None:
         start = max(start, plen - cfg.shared_prompt_window)
     return start
-
-
-def warm_drafter(config: NgramConfig, backend: str = "numba", costs: Any = None) -> None:
-    """Compile a :class:`Drafter`'s kernels for ``config`` now (a throwaway run), not at a
-    server's first decode steps: one request, then a batch larger than the first store's
-    rows (growing rows compiles too), its prompts prepared ahead (:meth:`Drafter.prepare`)."""
-    scratch = Drafter(config=config.replace(capacity=max(config.trie_depth + 1, 64)),
-                      backend=backend, costs=costs)
-    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
-    for rids in ([0], list(range(scratch._store.size.size + 1))):
-        for r in rids:
-            if len(rids) > 1:
-                scratch.prepare(r, prompt)
-            scratch.add_request(r, prompt, first_token=3)
-        for _ in range(2):
-            d = scratch.propose(rids)
-            scratch.accept({r: [int(d.tokens[i, 1]) if d.num_drafts[i] else 1]
-                            for i, r in enumerate(rids)})
-        for r in rids:
-            scratch.finish(r)

@@ -2,7 +2,8 @@
 proposer, per context length, in one run.
 
 Recorded requests (the shipped streams) get their prompts lengthened to ``L`` tokens by
-putting other recorded text in front of them (a document in the context), then run through
+putting other recorded text in front of them (a document in the context: the text of
+recorded requests that do not run here, see :func:`lengthened`), then run through
 the custom-loop step API (``add_request``, then ``propose`` -> ``verify_greedy`` -> ``accept``
 per step, teacher-forced on the recorded outputs) at a fixed concurrency.  Per length it
 prints:
@@ -49,16 +50,22 @@ LENGTHS = (0, 1024, 4096, 16384, 65536, 131072)
 
 
 def lengthened(rows: list[dict], length: int) -> list[dict]:
-    """``rows`` with each prompt lengthened to ``length`` tokens (0: as recorded) by the text
-    of the other rows (prompt, then output, cycling) put in front."""
+    """``rows`` with each prompt lengthened to ``length`` tokens (0: as recorded) by a document
+    put in front: the text (prompt, then output, cycling) of the recorded rows that are not
+    among ``rows``, in file order.  Never the text of a row that runs with them: a prompt
+    cannot hold what a request running beside it has yet to write (a request's output in its
+    neighbours' documents would be drafted from the shared trie once they finish)."""
     if length == 0:
         return rows
+    ids = {r["id"] for r in rows}
+    text = [t for o in load_rows() if o["id"] not in ids
+            for t in list(o["prompt_ids"]) + list(o["output_ids"])]
+    if not text:
+        raise ValueError("no recorded row is left for the document: run fewer requests")
     out = []
-    for i, r in enumerate(rows):
-        others = [t for j, o in enumerate(load_rows()) if j != i
-                  for t in list(o["prompt_ids"]) + list(o["output_ids"])]
+    for r in rows:
         need = max(0, length - len(r["prompt_ids"]))
-        filler = (others * (need // max(1, len(others)) + 1))[:need]
+        filler = (text * (need // len(text) + 1))[:need]
         out.append(dict(r, prompt_ids=filler + list(r["prompt_ids"])))
     return out
 

@@ -41,7 +41,8 @@ from .. import _validate as v
 from .._jit import kernels
 from ..cache import NgramCache
 from ..config import PRESETS, NgramConfig
-from ..drafter import Drafter, warm_drafter
+from ..drafter import Drafter
+from ._warm import warm_drafter
 
 __all__ = ["SEPARATOR_TOKEN", "NgramCorpus", "leaf_paths_from_mask", "resolve_config"]
 

@@ -50,7 +50,8 @@ import numpy as np
 
 from ..config import PRESETS, VLLM_PROFILE, NgramConfig, toml_options
 from ..config_vllm import ENV_CONFIG, ENV_COSTS
-from ..drafter import Drafter, warm_drafter
+from ..drafter import Drafter
+from ._warm import warm_drafter
 
 __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config",
            "resolve_config", "choose_counts"]
