@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
+from typing import Any
 
 import numpy as np
 
@@ -17,8 +19,9 @@ from .errors import BackgroundInsertError
 
 __all__ = ["BackgroundInserts"]
 
-# How long an idle insert thread waits for the next queued batch before it exits.
-_WORKER_LINGER_S = 0.5
+# How long an idle insert thread waits for the next queued batch before it exits: longer than
+# the gaps between a server's finishing requests, whose counts are queued as they finish.
+_WORKER_LINGER_S = 10.0
 
 
 class BackgroundInserts:
@@ -47,36 +50,26 @@ class BackgroundInserts:
             self._queue.put(item)
             if not self._worker_running:
                 self._worker_running = True
-                threading.Thread(target=self._work, name="ngramspec-insert",
-                                 daemon=True).start()
+                threading.Thread(target=_work, args=(weakref.ref(self), self._queue,
+                                                     self._push_lock),
+                                 name="ngramspec-insert", daemon=True).start()
 
-    def _work(self) -> None:
-        """The insert thread: drains the queue in order, waits a little for more (a serving
-        loop queues every step: starting a thread costs more than a step's match), then exits
-        (restarted on demand)."""
-        while True:
-            try:
-                batch, counts = self._queue.get(timeout=_WORKER_LINGER_S)
-            except queue.Empty:
-                with self._push_lock:  # (nothing can be queued meanwhile)
-                    if self._queue.empty():
-                        self._worker_running = False
-                        return
-                continue
-            error = None
-            try:
-                with self._lock:
-                    if batch is None:  # packed by a Drafter: (flat, offsets)
-                        self._insert_flat(*counts)
-                    else:
-                        self._insert(batch, counts)
-            except BaseException as e:  # kept for the caller, never lost
-                error = e
-            with self._done_cond:
-                if error is not None:
-                    self._errors.append(error)
-                self._done += 1  # only now is this batch FINISHED
-                self._done_cond.notify_all()
+    def _insert_queued(self, batch: list[np.ndarray] | None, counts: Any) -> None:
+        """One queued batch, in the insert thread; its failure kept for the caller."""
+        error = None
+        try:
+            with self._lock:
+                if batch is None:  # packed by a Drafter: (flat, offsets[, count_from])
+                    self._insert_flat(*counts)
+                else:
+                    self._insert(batch, counts)
+        except BaseException as e:  # kept for the caller, never lost
+            error = e
+        with self._done_cond:
+            if error is not None:
+                self._errors.append(error)
+            self._done += 1  # only now is this batch FINISHED
+            self._done_cond.notify_all()
 
     def synchronize(self) -> None:
         """Wait until every insert queued (``wait=False``) before this call has finished.
@@ -98,3 +91,26 @@ class BackgroundInserts:
             raise BackgroundInsertError(
                 f"{len(errors)} background insert(s) failed; the first: "
                 f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
+
+
+def _work(ref: "weakref.ref[Any]", q: queue.SimpleQueue, push_lock: threading.Lock) -> None:
+    """The insert thread: drains the queue in order, waits a while for more (starting a
+    thread costs the serving thread 0.1-4 ms, busy machine: more than a step's match), then
+    exits (restarted on demand).  It holds its cache only while inserting (a weak reference
+    between batches), so that a cache nobody uses any more is freed while its thread waits."""
+    while True:
+        try:
+            batch, counts = q.get(timeout=_WORKER_LINGER_S)
+        except queue.Empty:
+            with push_lock:  # (nothing can be queued meanwhile)
+                if q.empty():
+                    cache = ref()
+                    if cache is not None:
+                        cache._worker_running = False
+                    return
+            continue
+        cache = ref()
+        if cache is None:  # gone with what it had queued
+            return
+        cache._insert_queued(batch, counts)
+        del cache

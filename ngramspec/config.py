@@ -155,7 +155,7 @@ class NgramConfig:
         request teaches the shared trie its output and the n-grams ending in its prompt's last
         ``shared_prompt_window`` tokens only (None: its whole prompt), a cost of O(tokens x
         depth) in the insert thread that the next draft waits for (24 ms at 16k tokens).
-        ``recommended()``: 2048, beyond every shipped recording's prompt.
+        ``recommended()``: 2048, beyond every shipped recording's prompt.  At most 2**31 - 1.
     match_type : "ADAPTIVE"
         Best-first expansion by an estimated path probability (products of
         ``freq(child) / freq(node)``), anchors longest first, into one tree; per-slot
@@ -358,9 +358,9 @@ class NgramConfig:
                              f"'sglang-0.5.23' only, not {self.profile!r}")
         if (w := self.shared_prompt_window) is not None:
             object.__setattr__(self, "shared_prompt_window", _check_int("shared_prompt_window", w))
-            if w < 0:
-                raise ValueError(f"shared_prompt_window must be >= 0 (prompt tokens) or None "
-                                 f"(the whole prompt), got {w}")
+            if not 0 <= w <= _INT32_MAX:
+                raise ValueError(f"shared_prompt_window must be in [0, {_INT32_MAX}] (prompt "
+                                 f"tokens) or None (the whole prompt), got {w}")
         if self.local_index and self.match_type != "ADAPTIVE":
             raise ValueError("local_index=True drafts through match_type='ADAPTIVE' (SGLang's "
                              f"BFS/PROB have one trie), got match_type={self.match_type!r}")

@@ -90,7 +90,8 @@ def _packaged(name: str) -> Path:
         return Path(p)
 
 
-def _check_ids(value: Any, field: str, where: str, *, allow_empty: bool) -> list[int]:
+def _check_ids(value: Any, field: str, where: str, *, allow_empty: bool,
+               vocab: int | None = None) -> list[int]:
     if not isinstance(value, list):
         raise StreamError(f"{where}: field {field!r} must be a list of integer token ids, "
                           f"got {type(value).__name__}")
@@ -101,9 +102,13 @@ def _check_ids(value: Any, field: str, where: str, *, allow_empty: bool) -> list
         if isinstance(t, bool) or not isinstance(t, int):
             raise StreamError(f"{where}: {field}[{i}] must be an integer token id, got "
                               f"{type(t).__name__} {t!r}")
-        if not _INT32_MIN <= t <= _INT32_MAX:
-            raise StreamError(f"{where}: {field}[{i}] = {t} is outside int32 "
-                              f"[{_INT32_MIN}, {_INT32_MAX}]")
+        if not 0 <= t <= _INT32_MAX:
+            raise StreamError(f"{where}: {field}[{i}] = {t} is not a token id (ids are "
+                              f"integers in [0, {_INT32_MAX}], int32 and not negative: no "
+                              "tokenizer makes a negative one; a -1 is often padding)")
+        if vocab is not None and t >= vocab:
+            raise StreamError(f"{where}: {field}[{i}] = {t} is outside the record's "
+                              f"vocabulary (vocab_size {vocab}: ids 0..{vocab - 1})")
     return value
 
 
@@ -124,12 +129,17 @@ def validate_record(record: Any, where: str = "record") -> dict:
         raise StreamError(f"{where}: field 'id' must be a str or an int, got "
                           f"{type(rid).__name__} {rid!r}")
     out = dict(record)
+    vocab = out.get("vocab_size")
+    if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int)
+                              or vocab < 1):
+        raise StreamError(f"{where}: field 'vocab_size' (optional) must be an integer >= 1, "
+                          f"the number of token ids of the model, got {vocab!r}")
     for field, empty in (("prompt_ids", True), ("output_ids", False)):
         value = out[field]
         if not isinstance(value, list) and hasattr(value, "tolist") and not isinstance(
                 value, (str, bytes)):
             value = value.tolist()  # NumPy or Arrow arrays from a Parquet reader
-        out[field] = _check_ids(value, field, where, allow_empty=empty)
+        out[field] = _check_ids(value, field, where, allow_empty=empty, vocab=vocab)
     _check_sampling(out, where)
     return out
 
@@ -366,10 +376,14 @@ def _read_path(path: Path) -> Iterator[dict]:
     if path.is_dir():
         raise StreamError(f"streams: {str(path)!r} is a directory; pass the stream files "
                           "(.jsonl, .jsonl.gz or .parquet)")
-    if path.suffix == ".parquet":
-        yield from _read_parquet(path)
-    else:
-        yield from _read_jsonl(path)
+    rows = _read_parquet(path) if path.suffix == ".parquet" else _read_jsonl(path)
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        raise StreamError(f"streams: {str(path)!r} holds no records (an empty stream file: "
+                          "one JSON object per line, with id, prompt_ids and output_ids)")
 
 
 def read_streams(source: StreamSource) -> list[dict]:
@@ -382,8 +396,9 @@ def read_streams(source: StreamSource) -> list[dict]:
         Parquet files (``.parquet``, needs ``pyarrow``), read in the order given (a directory
         stands for its stream files, a glob pattern for the files it matches); or records
         already in memory.  Each record has ``id`` (str or int, unique), ``prompt_ids``
-        (list of int, may be empty) and ``output_ids`` (list of int, at least one token);
-        other fields are kept as they are.
+        (list of int, may be empty) and ``output_ids`` (list of int, at least one token),
+        token ids in ``[0, 2**31 - 1]``; an optional ``vocab_size`` (int) bounds the ids
+        below it; other fields are kept as they are.  A file without records is refused.
 
     Returns
     -------

@@ -16,6 +16,8 @@ from ..streams import StreamSource, read_streams
 from .results import TOKEN_FIELDS, SimulationResult, StreamResult, _Tally
 from .stepwise import TRIE_SOURCE, ProgressFn, _check_corpora, _replay_stepwise
 
+from .limits import check_fits
+
 __all__ = ["simulate", "simulate_stream"]
 
 
@@ -119,6 +121,8 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
                          "output token)")
     # More requests decoded together than there are requests changes nothing.
     concurrency = min(int(concurrency), len(rows))
+    # the sizes' memory, before anything is allocated
+    check_fits(config, concurrency, request_steps=sum(o.size for o in outputs))
     ids = [r["id"] for r in rows]
     by_source = None
     if config.vllm:
@@ -263,6 +267,7 @@ def simulate_stream(streams: StreamSource, *, config: NgramConfig | None = None,
     from ..streams import SAMPLING_FIELDS, decoding_of, iter_streams
 
     config = _check_args(config, concurrency, "numba", costs)
+    check_fits(config, int(concurrency))
     if config.chains:
         raise ValueError(f"simulate_stream replays SGLang's compiled loop; chains (profile "
                          f"{config.profile!r}, chain={config.chain}) run in simulate(): pass "

@@ -198,3 +198,23 @@ def test_queued_exact_count_inserts_equal_waiting_ones(backend):
     assert (ea, ka) == (eb, kb)
     for name in xa:
         assert_array_equal(xa[name], xb[name])
+
+
+def test_the_insert_thread_lingers_without_keeping_its_cache():
+    """Between batches the insert thread holds its cache by a weak reference: a cache nobody
+    holds is freed while its thread still waits for more (then the thread exits)."""
+    import gc
+    import weakref
+
+    cache = ns.NgramCache(max_trie_depth=4, draft_token_num=4)
+    cache.insert([[1, 2, 3, 4, 5]], wait=False)
+    cache.synchronize()
+    threads = [t for t in threading.enumerate() if t.name == "ngramspec-insert"]
+    assert threads and cache._worker_running  # still there, waiting for the next batch
+    ref = weakref.ref(cache)
+    del cache
+    gc.collect()
+    assert ref() is None
+    cache = ns.NgramCache(max_trie_depth=4, draft_token_num=4)
+    cache.insert([[1, 2, 3, 4, 5]], wait=False)  # a new cache, its own thread: still correct
+    assert cache.match([[1, 2]]).tokens[0, :3].tolist() == [2, 3, 4]

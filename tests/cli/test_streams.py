@@ -75,7 +75,15 @@ def test_parquet(tmp_path):
     ('{"id": "a", "prompt_ids": [true], "output_ids": [2]}',
      r"s\.jsonl:2: prompt_ids\[0\] must be an integer token id, got bool"),
     ('{"id": "a", "prompt_ids": [1], "output_ids": [4294967296]}',
-     r"s\.jsonl:2: .* outside int32"),
+     r"s\.jsonl:2: output_ids\[0\] = 4294967296 is not a token id \(ids are integers in "
+     r"\[0, 2147483647\]"),
+    ('{"id": "a", "prompt_ids": [4, -5, 6], "output_ids": [2]}',
+     r"s\.jsonl:2: prompt_ids\[1\] = -5 is not a token id .*not negative"),
+    ('{"id": "a", "prompt_ids": [4], "output_ids": [2, 10], "vocab_size": 10}',
+     r"s\.jsonl:2: output_ids\[1\] = 10 is outside the record's vocabulary \(vocab_size 10: "
+     r"ids 0\.\.9\)"),
+    ('{"id": "a", "prompt_ids": [4], "output_ids": [2], "vocab_size": 0}',
+     r"s\.jsonl:2: field 'vocab_size' \(optional\) must be an integer >= 1"),
     ('{"id": "a", "prompt_ids": [1], "output_ids": []}',
      r"s\.jsonl:2: field 'output_ids' is empty"),
     ('{"id": "r1", "prompt_ids": [1], "output_ids": [2]}',
@@ -90,6 +98,10 @@ def test_malformed_line_names_file_and_line(tmp_path, line, message):
 def test_other_errors(tmp_path):
     with pytest.raises(StreamError, match="no such file"):
         ns.read_streams(tmp_path / "missing.jsonl")
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "empty.jsonl").write_text("")
+    with pytest.raises(StreamError, match=r"empty\.jsonl' holds no records"):
+        ns.read_streams(tmp_path / "e" / "empty.jsonl")
     with pytest.raises(StreamError, match="is a directory"):
         ns.read_streams(tmp_path)
     (tmp_path / "bin.jsonl.gz").write_bytes(b"\x1f\x8b\x08garbage")
