@@ -159,6 +159,33 @@ def test_assert_drafts_equal_accepts_sglang_flat_layout():
     assert_drafts_equal(Flat(), d)
 
 
+def test_padding_reads_the_same_on_both_sides():
+    """SGLang's raw output (no num_drafts) and a DraftBatch: the padding is one summary line
+    on either side, not one line per padding slot on one side only."""
+    a = ns.NgramCache(max_trie_depth=4, draft_token_num=8)
+    a.insert([[1, 2, 3]])
+    d = a.match([[1]])
+    n, real = d.tokens.shape[1], int(d.num_drafts[0])
+    assert (n, real) == (8, 2)  # 5 padding slots to summarise
+
+    class Raw:  # SGLang's golden side: its trees, no num_drafts
+        tokens = d.tokens.astype(np.int64)
+        mask = d.mask.astype(np.uint8)
+
+    from ngramspec.testing._compare import draw_tree
+    assert draw_tree(d.tokens[0], d.mask[0]) == draw_tree(d.tokens[0], d.mask[0],
+                                                           num_drafts=real)
+    assert draw_tree(d.tokens[0], d.mask[0])[-1] == f"({n - 1 - real} padding slots)"
+    other = d.tokens.copy()
+    other[0, 1] += 1
+    with pytest.raises(DraftsDiffer) as info:
+        assert_drafts_equal(Raw(), ns.DraftBatch(other, d.mask, d.num_drafts))
+    text = str(info.value)
+    last = text.splitlines()[-1].split()
+    assert last == ["(5", "padding", "slots)", "(5", "padding", "slots)"]  # side by side
+    assert "] 0" not in text  # no padding slot drawn on either side
+
+
 def test_assert_drafts_equal_rejects_non_drafts():
     with pytest.raises(TypeError, match="actual must be a DraftBatch.*lacks tokens, mask"):
         assert_drafts_equal(object(), object())

@@ -48,7 +48,9 @@ def draw_tree(tokens: np.ndarray, mask: np.ndarray, *, num_drafts: int | None = 
     """One request's draft tree as indented lines ``[slot] token``, depth-first in slot order.
 
     Slots after ``num_drafts`` (SGLang's padding) are summarised unless ``upto`` reaches them;
-    slot ``mark`` gets an arrow.
+    without ``num_drafts`` (SGLang's raw output) the trailing slots of token 0 under the root
+    with a mask row of the root and themselves are taken for padding.  Slot ``mark`` gets an
+    arrow.
 
     Examples
     --------
@@ -60,7 +62,9 @@ def draw_tree(tokens: np.ndarray, mask: np.ndarray, *, num_drafts: int | None = 
         [2] 9  <-- first difference
     """
     n = int(tokens.shape[0])
-    last = n - 1 if num_drafts is None else int(num_drafts)
+    if num_drafts is None:  # SGLang's raw output: its trailing padding read from the slots
+        num_drafts = n - 1 - _trailing_padding(tokens, mask)
+    last = int(num_drafts)
     if upto is not None:
         last = max(last, min(int(upto), n - 1))
     parents = _parents(mask[:last + 1, :last + 1]) if mask.shape == (n, n) else [-1] * (last + 1)
@@ -70,7 +74,7 @@ def draw_tree(tokens: np.ndarray, mask: np.ndarray, *, num_drafts: int | None = 
         (roots if p < 0 else children.setdefault(p, [])).append(i)
     lines: list[str] = []
 
-    real = n - 1 if num_drafts is None else int(num_drafts)
+    real = int(num_drafts)
 
     def visit(i: int, depth: int) -> None:
         pad = " (padding)" if i > real else ""
@@ -84,6 +88,21 @@ def draw_tree(tokens: np.ndarray, mask: np.ndarray, *, num_drafts: int | None = 
     if last < n - 1:
         lines.append(f"({n - 1 - last} padding slot{'s' * (n - 2 - last > 0)})")
     return lines
+
+
+def _trailing_padding(tokens: np.ndarray, mask: np.ndarray) -> int:
+    """How many last slots are SGLang's padding: token 0 under the root, its mask row the root
+    and itself (a drafted 0 there looks the same; SGLang's output cannot tell them apart)."""
+    n = int(tokens.shape[0])
+    if mask.shape != (n, n):
+        return 0
+    k = 0
+    for i in range(n - 1, 0, -1):
+        row = np.flatnonzero(mask[i])
+        if int(tokens[i]) != 0 or row.tolist() != [0, i]:
+            break
+        k += 1
+    return k
 
 
 def _first_slot(a_tok, a_mask, b_tok, b_mask) -> int:
