@@ -57,7 +57,7 @@ def test_errors_before_any_model_runs(tmp_path, capsys, case):
         empty = tmp_path / "empty.jsonl"
         empty.write_text("")
         streams = str(empty)
-        want = ["no requests"]
+        want = ["empty.jsonl", "holds no records"]
     elif case == "bad concurrency":
         extra = ["--concurrency", "1,x"]
         want = ["--concurrency: 'x' is not an integer"]
