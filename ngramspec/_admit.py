@@ -61,6 +61,7 @@ class PrepareSteps:
                              "new id")
         prompt = v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
         self._drop_prepared(key)
+        self._store.reserve(self._store.room_for(prompt.size))  # (its row: no growth at add)
         job = None
         if self._mem is not None and self.config.local_index:
             if self._indexer is None:

@@ -14,7 +14,8 @@ requests arrive (the extend batch), a decode of ``--decode-ms`` after each itera
 
 Per row: the serving thread's time in the drafter's calls per request-step (their sum over
 the run divided by the request-steps) and the worst single iteration (all calls of one
-iteration, whole batch; the last erase, after the last iteration, counts as one), for
+iteration, whole batch; the extend batch's ``note_prompts`` is an iteration of its own, as
+in the server, and so is the last erase, after the last iteration), for
 SGLang's class at the server defaults, the drop-in at the server
 defaults (SGLang-exact), the drop-in with ``recommended()`` and with ``recommended()`` whose
 finished requests teach the shared trie their whole prompt (``shared_prompt_window=None``,
@@ -73,7 +74,9 @@ class Clocked:
         return timed
 
     def forward(self, kind: str, n: int) -> None:
-        if kind == "prefill":
+        if kind == "prefill":  # the extend batch: an iteration of its own in the server
+            self.iterations.append(self.now)
+            self.now = 0.0
             time.sleep(self.prefill_us * 1e-6 * n)
             return
         self.iterations.append(self.now)

@@ -25,13 +25,20 @@ class RequestStore:
         if not self.free:
             self._grow(2 * self.size.size, self.buf.shape[1])
         slot = self.free.pop()
-        self.reserve(prompt.size + 1)
+        self.reserve(self.room_for(prompt.size))
         self.buf[slot, :prompt.size] = prompt
         self.buf[slot, prompt.size] = first
         self.size[slot] = prompt.size + 1
         self.plen[slot] = prompt.size
         self.nsteps[slot] = 0
         return slot
+
+    @staticmethod
+    def room_for(prompt_len: int) -> int:
+        """The width a request of this prompt length takes at admission: its prompt, the first
+        token and room for its decode (a quarter of the prompt more, at least 256 tokens), so
+        that its first steps' appends do not grow every row."""
+        return prompt_len + 1 + max(256, prompt_len // 4)
 
     def reserve(self, width: int) -> None:
         if width > self.buf.shape[1]:
@@ -40,7 +47,9 @@ class RequestStore:
     def _grow(self, rows: int, width: int) -> None:
         old_rows, old_width = self.buf.shape
         for name in ("buf", "steps"):
-            grown = np.zeros((rows, width), np.int32)
+            # Uninitialised beyond the old rows: a row is read only up to its size (buf) or
+            # its step count (steps), both written first (no zero fill, no page touched).
+            grown = np.empty((rows, width), np.int32)
             grown[:old_rows, :old_width] = getattr(self, name)
             setattr(self, name, grown)
         for name in ("size", "nsteps", "plen"):
