@@ -21,9 +21,10 @@ import json
 import os
 from importlib.resources import as_file, files
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Union
+from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
 
 __all__ = ["StreamError", "read_streams", "iter_streams", "stream_paths", "write_streams",
+           "check_streams",
            "embedded_streams_path", "fresh_streams_path",
            "validate_record", "REQUIRED_FIELDS", "SAMPLING_FIELDS", "decoding_of",
            "describe_decoding"]
@@ -210,6 +211,15 @@ def _open_text(path: Path) -> io.TextIOBase:
 
 
 def _read_jsonl(path: Path) -> Iterator[dict]:
+    for where, obj in _raw_jsonl(path):
+        if isinstance(obj, StreamError):
+            raise obj
+        yield validate_record(obj, where)
+
+
+def _raw_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, the line's JSON value or the StreamError that line is) per non-blank line;
+    raises StreamError where the file stops being readable."""
     with _open_text(path) as f:
         try:
             for lineno, line in enumerate(f, 1):
@@ -217,17 +227,74 @@ def _read_jsonl(path: Path) -> Iterator[dict]:
                     continue
                 where = f"{path}:{lineno}"
                 try:
-                    obj = json.loads(line)
+                    yield where, json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise StreamError(f"{where}: not valid JSON ({e.msg} at column {e.colno})"
-                                      ) from None
-                yield validate_record(obj, where)
+                    yield where, StreamError(f"{where}: not valid JSON ({e.msg} at column "
+                                             f"{e.colno})")
         except (OSError, EOFError, UnicodeDecodeError) as e:
             raise StreamError(f"{path}: cannot be read as (gzipped) UTF-8 JSON Lines: {e}"
                               ) from None
 
 
+def check_streams(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+                  ) -> tuple[int, list[str]]:
+    """Every problem of stream files at once: ``(good records, problems)``, each problem one
+    line naming the file, the line (or row) and the field, as :func:`read_streams` would
+    raise it; a file that stops being readable (a truncated gzip) gives its last problem there.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from ngramspec.streams import check_streams
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.jsonl")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write('{"id": 1, "prompt_ids": [4, -5], "output_ids": [6]}\\n'
+    ...                 '{"id": 2, "prompt_ids": [4], "output_ids": []}\\n'
+    ...                 '{"id": 3, "prompt_ids": [4], "output_ids": [7]}\\n')
+    >>> good, problems = check_streams(path)
+    >>> good, [p.split(": ")[0].rsplit(":", 1)[1] for p in problems]   # the lines at fault
+    (1, ['1', '2'])
+    >>> print(problems[0].split(": ", 1)[1].split(" (")[0])
+    prompt_ids[1] = -5 is not a token id
+    """
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    paths = [p for item in items for p in stream_paths(item)]
+    problems: list[str] = []
+    seen: dict[Any, str] = {}
+    good = 0
+    for path in paths:
+        before, found = len(problems), 0
+        try:
+            if not path.is_file():
+                raise StreamError(f"streams: no such file {str(path)!r}")
+            rows = (((f"{path}: row {i}", row) for i, row in enumerate(_parquet_rows(path)))
+                    if path.suffix == ".parquet" else _raw_jsonl(path))
+            for where, obj in rows:
+                found += 1
+                try:
+                    if isinstance(obj, StreamError):
+                        raise obj
+                    row = validate_record(obj, where)
+                    if row["id"] in seen:
+                        raise StreamError(f"{where}: duplicate id {row['id']!r} (first at "
+                                          f"{seen[row['id']]})")
+                    seen[row["id"]] = where
+                    good += 1
+                except StreamError as e:
+                    problems.append(str(e))
+        except StreamError as e:
+            problems.append(str(e))
+        if not found and len(problems) == before:
+            problems.append(f"{path}: holds no records (an empty stream file)")
+    return good, problems
+
+
 def _read_parquet(path: Path) -> Iterator[dict]:
+    for i, row in enumerate(_parquet_rows(path)):
+        yield validate_record(row, f"{path}: row {i}")
+
+
+def _parquet_rows(path: Path) -> Iterator[Any]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -237,7 +304,6 @@ def _read_parquet(path: Path) -> Iterator[dict]:
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises several types for unreadable files
         raise StreamError(f"{path}: cannot be read as Parquet: {e}") from None
-    i = 0
     batches = pf.iter_batches(batch_size=1024)  # a few rows at a time, not the whole file
     while True:
         try:
@@ -246,9 +312,7 @@ def _read_parquet(path: Path) -> Iterator[dict]:
             raise StreamError(f"{path}: cannot be read as Parquet: {e}") from None
         if batch is None:
             return
-        for row in batch.to_pylist():
-            yield validate_record(row, f"{path}: row {i}")
-            i += 1
+        yield from batch.to_pylist()
 
 
 #: File names taken from a directory of shards.

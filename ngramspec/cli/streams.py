@@ -1,4 +1,5 @@
-"""``ngramspec streams import``: make stream files from traffic logs."""
+"""``ngramspec streams import``: make stream files from traffic logs; ``ngramspec streams
+check``: every problem of stream files at once."""
 
 from __future__ import annotations
 
@@ -10,12 +11,25 @@ from typing import TextIO
 from ._options import add_progress
 from ._report import ProgressBar
 
-HELP = "make stream files from traffic logs"
-DESCRIPTION = "Make stream files from traffic logs."
+HELP = "make stream files from traffic logs, or check them"
+DESCRIPTION = "Make stream files from traffic logs (import), or check them (check)."
 
 
 def add_arguments(st: argparse.ArgumentParser) -> None:
-    st_sub = st.add_subparsers(dest="streams_command", required=True, metavar="{import}")
+    st_sub = st.add_subparsers(dest="streams_command", required=True,
+                               metavar="{import,check}")
+    chk = st_sub.add_parser(
+        "check", help="every problem of stream files at once",
+        description="Read stream files as simulate and sweep do, but report every problem "
+                    "(file, line or row, field) instead of stopping at the first: negative "
+                    "ids, ids over the record's vocab_size, empty outputs, duplicate ids, "
+                    "lines that are not JSON, empty or unreadable files.  Exit status 0 when "
+                    "there is none, 1 when there are problems.")
+    chk.add_argument("files", nargs="+", metavar="FILE",
+                     help="stream files (.jsonl, .jsonl.gz, .parquet), directories or glob "
+                          "patterns")
+    chk.add_argument("--show", type=int, default=50, metavar="N",
+                     help="print the first N problems (default 50; all are counted)")
     imp = st_sub.add_parser(
         "import", help="chat logs or token-id logs to a stream file",
         description="Convert chat logs (through the model's own chat template, from a local "
@@ -52,8 +66,24 @@ def add_arguments(st: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    """The one subcommand, ``import``."""
+    """``import`` or ``check``."""
+    if args.streams_command == "check":
+        return _run_check(args, out)
     return _run_import(args, out)
+
+
+def _run_check(args: argparse.Namespace, out: TextIO) -> int:
+    from ..streams import check_streams
+
+    if args.show < 0:
+        raise ValueError(f"--show must be >= 0, got {args.show}")
+    good, problems = check_streams(args.files)
+    for line in problems[:args.show]:
+        out.write(line + "\n")
+    if len(problems) > args.show:
+        out.write(f"... and {len(problems) - args.show} more\n")
+    out.write(f"{good} good record(s), {len(problems)} problem(s)\n")
+    return 1 if problems else 0
 
 
 def _run_import(args: argparse.Namespace, out: TextIO) -> int:

@@ -123,3 +123,32 @@ def test_docstring_examples(name):
                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
     assert result.attempted > 0
+
+
+def test_streams_check_reports_every_problem_at_once(tmp_path, capsys):
+    from ngramspec.cli import main
+    from ngramspec.streams import check_streams
+
+    bad = write_lines(tmp_path / "bad.jsonl", [
+        json.dumps({"id": 1, "prompt_ids": [4, -5], "output_ids": [6]}),
+        json.dumps({"id": 2, "prompt_ids": [4], "output_ids": []}),
+        "not json",
+        json.dumps({"id": 3, "prompt_ids": [4], "output_ids": [7]}),
+        json.dumps({"id": 3, "prompt_ids": [4], "output_ids": [7]}),
+        json.dumps({"id": 4, "prompt_ids": [4], "output_ids": [7], "vocab_size": 5})])
+    (tmp_path / "empty.jsonl").write_text("")
+    blob = gzip.compress((json.dumps(GOOD) + "\n").encode() * 200)
+    (tmp_path / "cut.jsonl.gz").write_bytes(blob[:len(blob) // 2])
+    good, problems = check_streams([bad, tmp_path / "empty.jsonl", tmp_path / "cut.jsonl.gz"])
+    assert [p.split(": ")[0] for p in problems[:5]] == [f"{bad}:{k}" for k in (1, 2, 3, 5, 6)]
+    assert "prompt_ids[1] = -5" in problems[0] and "'output_ids' is empty" in problems[1]
+    assert "not valid JSON" in problems[2] and "duplicate id 3" in problems[3]
+    assert "vocab_size 5" in problems[4] and "holds no records" in problems[5]
+    assert "cut.jsonl.gz: cannot be read" in problems[6] and len(problems) == 7
+    assert good == 1  # line 4 of bad.jsonl (the cut gzip fails before its first line)
+    assert main(["streams", "check", str(bad)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "1 good record(s), 5 problem(s)" and len(out) == 6
+    ok = write_lines(tmp_path / "ok.jsonl", [json.dumps(GOOD)])
+    assert main(["streams", "check", str(ok)]) == 0
+    assert capsys.readouterr().out == "1 good record(s), 0 problem(s)\n"
