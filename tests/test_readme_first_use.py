@@ -83,7 +83,7 @@ def test_the_readme_times_each_first_use_it_shows():
     for cmd, around in mentions.items():
         assert re.search(r"about \d+ s\b", around), (cmd, around)
     # The set-up run's figure, and how the others are timed after it.
-    assert "about 20 s" in flat(text) and "NUMBA_CACHE_DIR=$(mktemp -d)" in text
+    assert "about 22 s" in flat(text) and "NUMBA_CACHE_DIR=$(mktemp -d)" in text
     names = [u[0] for u in first_uses(text)]
     assert names[0] == SETUP and "python use1.py" in names and "python use3.py" in names
 
