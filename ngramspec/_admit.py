@@ -8,7 +8,6 @@ from typing import Any, Hashable
 
 import numpy as np
 
-from . import _validate as v
 
 __all__ = ["PrepareSteps"]
 
@@ -55,11 +54,7 @@ class PrepareSteps:
         >>> drafter.propose(["a"]).tokens[0, :4].tolist()
         [4, 1, 2, 3]
         """
-        key = v.as_request_id(rid, "rid")
-        if key in self._slot:
-            raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
-                             "new id")
-        prompt = v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
+        key, prompt = self._new_request(rid, prompt_ids)
         self._drop_prepared(key)
         self._store.reserve(self._store.room_for(prompt.size))  # (its row: no growth at add)
         job = None

@@ -43,8 +43,8 @@ class BackgroundInserts:
         self._push(([np.array(s, dtype=np.int32, copy=True) for s in batch], counts))
 
     def _push(self, item: tuple) -> None:
-        """Queue ``(batch, counts)`` (or ``(None, (flat, offsets))``) for the insert thread,
-        started if it is not running."""
+        """Queue ``(batch, counts)`` (or ``(None, (flat, offsets, count_from))``) for the
+        insert thread, started if it is not running."""
         with self._push_lock:
             self._queued += 1
             self._queue.put(item)
@@ -59,7 +59,7 @@ class BackgroundInserts:
         error = None
         try:
             with self._lock:
-                if batch is None:  # packed by a Drafter: (flat, offsets[, count_from])
+                if batch is None:  # packed by a Drafter: (flat, offsets, count_from)
                     self._insert_flat(*counts)
                 else:
                     self._insert(batch, counts)

@@ -338,20 +338,6 @@ class NgramCache(BackgroundInserts):
                 tokens, mask, num_drafts = self._backend.match(batch, keys, lens)
         return DraftBatch._trusted(tokens, mask, num_drafts)
 
-    def _insert_counted(self, flat: np.ndarray, offsets: np.ndarray,
-                        count_from: np.ndarray, *, wait: bool = True) -> None:
-        """A :class:`Drafter`'s exact-counting insert of non-empty sequences it cut from its
-        own rows, packed (int32 ``flat``, int64 ``offsets`` and ``count_from``, each within
-        its sequence, never written again by it): no checks.  ``wait=False``: queued for the
-        insert thread (every read of the trie waits for it first)."""
-        if not wait:
-            self._push((None, (flat, offsets, count_from)))
-            return
-        if self._done != self._queued or self._errors:
-            self.synchronize()
-        with self._lock:
-            self._insert_flat(flat, offsets, count_from)
-
     def _match_one(self, ctx: np.ndarray, key: Hashable, total: int) -> DraftBatch:
         """A :class:`Drafter`'s stateful match of one request (a non-empty int32 tail of its
         row, a plain id, ``total >= ctx.size``): no checks."""
@@ -539,15 +525,18 @@ class NgramCache(BackgroundInserts):
         with self._lock:
             return self._corpora.info()
 
-    def _insert_packed(self, flat: np.ndarray, offsets: np.ndarray, *, wait: bool) -> None:
-        """A :class:`Drafter`'s insert of non-empty windows it packed itself (int32 ``flat``,
-        int64 ``offsets``, never written again by it): no checks, no copies."""
+    def _insert_packed(self, flat: np.ndarray, offsets: np.ndarray,
+                       count_from: np.ndarray | None = None, *, wait: bool) -> None:
+        """A :class:`Drafter`'s insert of non-empty sequences it packed itself (int32
+        ``flat``, int64 ``offsets``, never written again by it), with exact counting from
+        int64 ``count_from`` (within each sequence) if given: no checks, no copies.
+        ``wait=False``: queued for the insert thread (every read of the trie waits for it)."""
         if not wait:
-            self._push((None, (flat, offsets)))
+            self._push((None, (flat, offsets, count_from)))
             return
         self.synchronize()
         with self._lock:
-            self._insert_flat(flat, offsets)
+            self._insert_flat(flat, offsets, count_from)
 
     def _insert_flat(self, flat: np.ndarray, offsets: np.ndarray,
                      count_from: np.ndarray | None = None) -> None:

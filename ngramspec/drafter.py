@@ -243,11 +243,7 @@ class Drafter(PrepareSteps, AcceptSteps):
             written as padding would otherwise be inserted and drafted): ids are ``>= 0``
             wherever the drafter takes them, here and in :meth:`accept`.
         """
-        key = v.as_request_id(rid, "rid")
-        if key in self._slot:
-            raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
-                             "new id")
-        prompt = v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
+        key, prompt = self._new_request(rid, prompt_ids)
         first = v.as_token(first_token, "first_token")
         built = self._take_prepared(key, prompt)
         store = self._store
@@ -277,6 +273,14 @@ class Drafter(PrepareSteps, AcceptSteps):
             self._count([slot], [0 if cfg.index_prompt else prompt.size])
         elif cfg.index_prompt and prompt.size:
             self.cache.insert([prompt])
+
+    def _new_request(self, rid: Any, prompt_ids: Any) -> tuple[Hashable, np.ndarray]:
+        """The checked id (not in flight) and prompt of a request to add or prepare."""
+        key = v.as_request_id(rid, "rid")
+        if key in self._slot:
+            raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
+                             "new id")
+        return key, v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
 
     def _count(self, slots: Sequence[int], starts: Sequence[int],
                into: NgramCache | None = None, wait: bool = True) -> None:
@@ -311,15 +315,15 @@ class Drafter(PrepareSteps, AcceptSteps):
                 shared_seqs.append(seq)
                 shared_from.append(start - lo)
             else:
-                target._insert_counted(seq, np.array([0, seq.size], np.int64),
-                                       np.array([start - lo], np.int64),
-                                       wait=wait or into is None)
+                target._insert_packed(seq, np.array([0, seq.size], np.int64),
+                                      np.array([start - lo], np.int64),
+                                      wait=wait or into is None)
         if shared_seqs:
-            self.cache._insert_counted(
+            self.cache._insert_packed(
                 np.concatenate(shared_seqs),
                 np.fromiter(accumulate(map(len, shared_seqs), initial=0), np.int64,
                             len(shared_seqs) + 1),
-                np.array(shared_from, np.int64))
+                np.array(shared_from, np.int64), wait=True)
 
     def index_nbytes(self, rid: Any) -> int:
         """Bytes the request's own index holds (``local_index``; reserved, not only used), 0

@@ -130,6 +130,21 @@ def install(config: Any = None) -> bool:
     return True
 
 
+def _noted(worker: Any) -> set:
+    """The ids whose prompts the worker's drafter was told (until they leave the batch)."""
+    return worker.__dict__.setdefault("_ngramspec_noted", set())
+
+
+def _tell_prompts(worker: Any, reqs: Any) -> None:
+    """``note_prompts`` of those of ``reqs`` not told yet."""
+    noted = _noted(worker)
+    new = [req for req in reqs if req.rid not in noted]
+    if new:
+        worker.ngram_corpus.note_prompts([req.rid for req in new],
+                                         [list(req.origin_input_ids_unpadded) for req in new])
+        noted.update(req.rid for req in new)
+
+
 def _hooked(prepare):
     """The worker's draft preparation, telling the drafter first what its calls do not."""
 
@@ -138,18 +153,13 @@ def _hooked(prepare):
         corpus = self.ngram_corpus
         if hasattr(corpus, "note_prompts") and not corpus.config.sglang_exact:
             previous = getattr(self, "_ngramspec_reqs", {})
-            noted = self.__dict__.setdefault("_ngramspec_noted", set())
             current = {req.rid: req for req in batch.reqs}
             gone = [rid for rid in previous if rid not in current]
             if gone:
                 corpus.note_finished(gone, [list(previous[r].origin_input_ids_unpadded)
                                             + list(previous[r].output_ids) for r in gone])
-                noted.difference_update(gone)
-            new = [req for rid, req in current.items()
-                   if rid not in previous and rid not in noted]
-            if new:
-                corpus.note_prompts([req.rid for req in new],
-                                    [list(req.origin_input_ids_unpadded) for req in new])
+                _noted(self).difference_update(gone)
+            _tell_prompts(self, [req for rid, req in current.items() if rid not in previous])
             self._ngramspec_reqs = current
         return prepare(self, batch, *args, **kwargs)
 
@@ -168,12 +178,7 @@ def _hooked_extend(prepare):
         mode = getattr(batch, "forward_mode", None)
         if (hasattr(corpus, "note_prompts") and not corpus.config.sglang_exact
                 and mode is not None and not mode.is_decode()):
-            noted = self.__dict__.setdefault("_ngramspec_noted", set())
-            new = [req for req in batch.reqs if req.rid not in noted]
-            if new:
-                corpus.note_prompts([req.rid for req in new],
-                                    [list(req.origin_input_ids_unpadded) for req in new])
-                noted.update(req.rid for req in new)
+            _tell_prompts(self, batch.reqs)
         return prepare(self, batch, *args, **kwargs)
 
     _prepare_for_speculative_decoding.__ngramspec__ = True
