@@ -3,9 +3,9 @@
 Kernels are decorated lazily with :func:`jit`; importing :mod:`ngramspec` imports no Numba.
 With ``NUMBA_DISABLE_JIT=1`` Numba returns the plain Python functions, which the tests use.
 
-Compiled kernels are cached on disk (``cache=True``; ``NGRAMSPEC_NUMBA_CACHE=0`` turns that off).
-Numba checks only the timestamp of a kernel's own file, so when editing a kernel that others in
-other files call, delete the ``__pycache__/*.nbi``/``*.nbc`` files (an install always does).
+Compiled kernels are cached on disk (``cache=True``; ``NGRAMSPEC_NUMBA_CACHE=0`` turns that off),
+keyed on the content of every kernel source file (Numba alone checks only a kernel's own file,
+and kernels inline helpers of other files): an edit anywhere in the engine recompiles.
 
 Compiling is what a first run waits for, so it is announced on stderr as it starts (once per
 process; ``NGRAMSPEC_COMPILE_NOTICE=0`` silences it), and each kernel given ``what=`` (the entry
@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
-__all__ = ["jit", "jit_inline", "entry_point", "kernels", "OPTIONS"]
+__all__ = ["jit", "jit_inline", "entry_point", "kernels", "compile_free_clock", "OPTIONS"]
 
 # Serial kernels: cached on disk, and free of the GIL so that caches in other threads run.
 OPTIONS = dict(cache=os.environ.get("NGRAMSPEC_NUMBA_CACHE", "1") != "0", nogil=True,
@@ -42,6 +44,7 @@ def jit(fn: Callable | None = None, *, what: str | None = None) -> Any:
     if what is not None:
         _WHAT[fn.__code__] = what
     _listen()
+    _stamp_sources()
     return numba.njit(**OPTIONS)(fn)
 
 
@@ -114,7 +117,63 @@ def jit_inline(fn):
     take bundles (LLVM alone does not inline them, and a call costs the bundle's unpacking)."""
     import numba
 
+    _stamp_sources()
     return numba.njit(inline="always", **OPTIONS)(fn)
+
+
+# What compiled kernels are made of: the engine's files and the modules they take code or
+# constants from (Numba freezes globals into the machine code).
+_KERNEL_SOURCES = ("engine", "_jit.py", "stdorder.py", "_canonical.py", "config.py", "errors.py")
+_stamped: list[bool] = []
+
+
+def _sources_stamp(root: str | None = None) -> bytes:
+    """A digest of every kernel source file's content under the package directory ``root``
+    (this package's by default; see :func:`_stamp_sources`)."""
+    import hashlib
+
+    root = root or os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in _KERNEL_SOURCES:
+        path = os.path.join(root, name)
+        files = (sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".py"))
+                 if os.path.isdir(path) else [path])
+        for f in files:
+            digest.update(os.path.relpath(f, root).encode())
+            with open(f, "rb") as fh:
+                digest.update(hashlib.sha256(fh.read()).digest())
+    return digest.digest()
+
+
+def _stamp_sources() -> None:
+    """Key the disk cache of ngramspec's kernels on all kernel sources, not only each kernel's
+    own file (Numba's rule): a kernel inlines and calls helpers of other files, and an edit
+    there must not load stale machine code.  Numba's locators are kept (the same cache
+    directories); only the stamp its index checks is ours, computed once per process."""
+    if _stamped:
+        return
+    _stamped.append(True)
+    from numba.core import caching
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    stamp: list[bytes] = []
+
+    class Stamped:
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            if not os.path.abspath(py_file).startswith(package):
+                return None
+            return super().from_function(py_func, py_file)  # type: ignore[misc]
+
+        def get_source_stamp(self) -> bytes:
+            if not stamp:
+                stamp.append(_sources_stamp())
+            return stamp[0]
+
+    bases = (caching.UserProvidedCacheLocator, caching.InTreeCacheLocator,
+             caching.UserWideCacheLocator)
+    caching.CacheImpl._locator_classes[:0] = [
+        type(f"Ngramspec{base.__name__}", (Stamped, base), {}) for base in bases]
 
 
 def entry_point(kernel, *args):
@@ -133,3 +192,62 @@ def entry_point(kernel, *args):
     if sig not in overloads:
         kernel.compile(sig)
     return overloads[sig].entry_point
+
+
+class CompileFreeClock:
+    """The calling thread's wall and CPU clocks, stopped while Numba compiles or loads a kernel
+    in that thread (its compiler lock): what a first run spends compiling is not counted as
+    what the timed code costs.  See :func:`compile_free_clock`."""
+
+    def __init__(self) -> None:
+        self._thread = threading.get_ident()
+        self._depth = 0
+        self._at = (0.0, 0.0)
+        self.compile_wall = self.compile_cpu = 0.0
+
+    def now(self) -> tuple[float, float]:
+        """(wall, CPU) seconds, less the compiling so far."""
+        return (time.perf_counter() - self.compile_wall, time.thread_time() - self.compile_cpu)
+
+    def since(self, then: tuple[float, float]) -> tuple[float, float]:
+        """(wall, CPU) seconds from ``then`` (a :meth:`now`), compiling excluded."""
+        w, c = self.now()
+        return w - then[0], c - then[1]
+
+    def _start(self) -> None:
+        if threading.get_ident() == self._thread:
+            if self._depth == 0:  # (the lock is reentrant: the outermost hold counts)
+                self._at = (time.perf_counter(), time.thread_time())
+            self._depth += 1
+
+    def _end(self) -> None:
+        if threading.get_ident() == self._thread:
+            self._depth -= 1
+            if self._depth == 0:
+                self.compile_wall += time.perf_counter() - self._at[0]
+                self.compile_cpu += time.thread_time() - self._at[1]
+
+
+@contextmanager
+def compile_free_clock() -> Iterator[CompileFreeClock]:
+    """A :class:`CompileFreeClock` for the block.
+
+    >>> with compile_free_clock() as clock:
+    ...     t = clock.now()
+    ...     wall, cpu = clock.since(t)
+    >>> wall >= 0.0 and cpu >= 0.0
+    True
+    """
+    from numba.core import event
+
+    clock = CompileFreeClock()
+
+    class Forward(event.Listener):
+        def on_start(self, ev: Any) -> None:
+            clock._start()
+
+        def on_end(self, ev: Any) -> None:
+            clock._end()
+
+    with event.install_listener("numba:compiler_lock", Forward()):
+        yield clock

@@ -39,6 +39,7 @@ per step, ``t(b, 1)``.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,7 +195,14 @@ def drafting_ms(engine: Engine, result: Any, cost: Any) -> tuple[float, str]:
     SGLang's server, which ``"sglang"`` prices as it runs)."""
     if getattr(cost, "drafting_included", False):
         return 0.0, "included in the cost table's verify rows"
-    measured = getattr(result, engine.drafting, None)
+    # A result type without the figure has none; an error while computing it is raised (a
+    # default here would silently swap the figure for the replay's own time).
+    try:
+        inspect.getattr_static(result, engine.drafting)
+    except AttributeError:
+        measured = None
+    else:
+        measured = getattr(result, engine.drafting)
     if measured is not None:
         return float(measured), engine.drafting_words
     return float(result.draft_ms_per_step), "the compiled replay's own time (a low estimate)"

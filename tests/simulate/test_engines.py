@@ -195,3 +195,25 @@ def test_a_cost_gate_is_named_useless_under_sglang(stream_file):
     assert code == 0
     assert "note: min_expected_accept=4.0 empties trees" in text
     assert "predicted serving on SGLang's NGRAM worker" in text
+
+
+def test_an_error_timing_the_drafting_is_raised_not_swapped_for_another_figure(streams):
+    """A failure inside the engine's timed figure propagates: the prediction never silently
+    falls back to the compiled replay's own time (a low estimate)."""
+    from ngramspec.costs.engines import ENGINES, drafting_ms
+
+    class Broken:
+        draft_ms_per_step = 0.01
+
+        @property
+        def step_api_ms_per_step(self):
+            raise AttributeError("a bug inside the timing")
+
+    with pytest.raises(AttributeError, match="a bug inside the timing"):
+        drafting_ms(ENGINES["custom"], Broken(), None)
+
+    class Untimed:  # a result type without the figure: the replay's own time, said so
+        draft_ms_per_step = 0.01
+
+    assert drafting_ms(ENGINES["custom"], Untimed(), None) == (
+        0.01, "the compiled replay's own time (a low estimate)")

@@ -1,0 +1,79 @@
+"""The compile-free clock: what a first run spends compiling is never timed as drafting."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ngramspec._jit import compile_free_clock
+
+pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1",
+                                reason="nothing compiles without the JIT")
+
+
+def _fresh_kernel(tmp_path: Path, name: str):
+    """A kernel no cache holds: a new module with its own function, compiled on first call."""
+    path = tmp_path / f"{name}.py"
+    path.write_text("from ngramspec._jit import jit\n\n\n@jit\n"
+                    f"def {name}(n):\n    s = 0\n    for i in range(n):\n        s += i * i\n"
+                    "    return s\n")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, name)
+
+
+def test_a_compile_in_the_timed_region_is_not_counted(tmp_path: Path) -> None:
+    kernel = _fresh_kernel(tmp_path, "fresh_kernel_a")
+    with compile_free_clock() as clock:
+        t = clock.now()
+        assert kernel(10) == 285
+        wall, cpu = clock.since(t)
+    # The compile takes tenths of a second; the call and the dispatcher's typing far less.
+    assert clock.compile_wall > 0.02 and clock.compile_cpu > 0.01
+    assert wall < clock.compile_wall / 4 and cpu < clock.compile_cpu / 4
+    # Outside a compile the clock runs as the plain one does.
+    with compile_free_clock() as clock:
+        t, w0 = clock.now(), time.perf_counter()
+        time.sleep(0.05)
+        assert clock.since(t)[0] >= 0.05 - 1e-3
+        assert clock.compile_wall == 0.0 and time.perf_counter() - w0 >= 0.05
+
+
+def test_a_compile_in_another_thread_does_not_stop_this_clock(tmp_path: Path) -> None:
+    kernel = _fresh_kernel(tmp_path, "fresh_kernel_b")
+    with compile_free_clock() as clock:
+        t = clock.now()
+        other = threading.Thread(target=kernel, args=(3,))
+        other.start()
+        other.join()
+        wall, _ = clock.since(t)
+    assert clock.compile_wall == 0.0  # (this thread compiled nothing: its wait is its time)
+    assert wall > 0.02
+
+
+def test_the_disk_cache_is_keyed_on_every_kernel_source(tmp_path: Path) -> None:
+    """An edit to any kernel source (a helper inlined into kernels of other files) changes the
+    stamp every ngramspec kernel's cache index checks; a touch without an edit does not."""
+    from ngramspec import _jit
+    from ngramspec.engine import heap
+
+    root = tmp_path / "pkg"
+    (root / "engine").mkdir(parents=True)
+    for name in ("_jit.py", "stdorder.py", "_canonical.py", "config.py", "errors.py",
+                 "engine/heap.py", "engine/tree.py"):
+        (root / name).write_text(f"# {name}\n")
+    before = _jit._sources_stamp(str(root))
+    os.utime(root / "engine" / "heap.py", (1, 1))
+    assert _jit._sources_stamp(str(root)) == before
+    (root / "engine" / "heap.py").write_text("# edited\n")
+    assert _jit._sources_stamp(str(root)) != before
+    # Every ngramspec kernel checks that stamp (its locator is ours; the directory Numba's).
+    locator = heap.heap_push._cache._impl.locator
+    assert type(locator).__name__.startswith("Ngramspec")
+    assert locator.get_source_stamp() == _jit._sources_stamp()
