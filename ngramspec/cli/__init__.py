@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Callable, Sequence, TextIO
 
 from ..streams import StreamError
-from . import calibrate, check, costs, simulate, streams, sweep
+from . import calibrate, check, costs, simulate, streams, sweep, warmup
 from ._report import ProgressBar, format_predictions, format_report, sglang_flags  # noqa: F401
 
 __all__ = ["main", "Command", "COMMANDS", "forward"]
@@ -101,6 +101,7 @@ COMMANDS: tuple[Command, ...] = (
     Command.of("calibrate", calibrate),
     Command.of("check", check),
     Command.of("costs", costs),
+    Command.of("warmup", warmup),
     forward("sglang-launch", "ngramspec.integrations.sglang_launch:launch",
             help="run SGLang's server with ngramspec's drafter (docs/sglang.md)"),
 )

@@ -1,14 +1,49 @@
-"""The integrations' warm-up: a :class:`~ngramspec.Drafter`'s kernels compiled when a server
-builds its drafter, not at its first decode steps."""
+"""The integrations' warm-up: a server's drafter compiles its kernels in a background thread
+from the moment it is built (a model load hides it), and its first call waits only for what
+is not done yet."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Callable
 
 from ..config import NgramConfig
 from ..drafter import Drafter
 
-__all__ = ["warm_drafter"]
+__all__ = ["Warming", "warm_drafter"]
+
+
+class Warming:
+    """``fn(*args)`` running in a daemon thread ("ngramspec-warmup"); :meth:`wait` joins it
+    (once: later calls return at once) and raises what it raised."""
+
+    def __init__(self, fn: Callable[..., None], *args: Any) -> None:
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = threading.Thread(
+            target=self._run, args=(fn, args), name="ngramspec-warmup", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., None], args: tuple) -> None:
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the first call that waits
+            self._error = e
+
+    @property
+    def done(self) -> bool:
+        """Whether the warm-up has ended (waited for or not)."""
+        return self._thread is None or not self._thread.is_alive()
+
+    def wait(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        thread.join()
+        self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError("ngramspec: compiling the drafter's kernels failed (see the "
+                               "cause above)") from error
 
 
 def warm_drafter(config: NgramConfig, backend: str = "numba", costs: Any = None) -> None:

@@ -42,7 +42,7 @@ from .._jit import kernels
 from ..cache import NgramCache
 from ..config import PRESETS, NgramConfig
 from ..drafter import Drafter
-from ._warm import warm_drafter
+from ._warm import Warming
 
 __all__ = ["SEPARATOR_TOKEN", "NgramCorpus", "leaf_paths_from_mask", "resolve_config"]
 
@@ -190,6 +190,11 @@ class NgramCorpus:
         (:meth:`~ngramspec.NgramCache.reserve`; about 48 bytes per node, against SGLang's
         176), so that no ``batch_get`` waits while the trie doubles (10-60 ms at 10^5-10^6
         nodes).  ``False``: memory follows the nodes in use.
+    warm : bool, default True
+        Keyword-only: compile the kernels this configuration runs in a background thread
+        from construction on (the worker's own calls on a throwaway corpus), so that a
+        server's model load hides the compile; the first call that runs a kernel waits for
+        what is left (:attr:`warming`).  ``False``: each kernel compiles at its first use.
 
     Examples
     --------
@@ -209,7 +214,8 @@ class NgramCorpus:
                  capacity: int = 1_000_000, external_sam_budget: int = 0,
                  external_corpus_max_tokens: int = 10_000_000, *,
                  config: NgramConfig | str | os.PathLike | None = None,
-                 backend: str = "numba", costs: Any = None, reserve: bool = True) -> None:
+                 backend: str = "numba", costs: Any = None, reserve: bool = True,
+                 warm: bool = True) -> None:
         given = {"max_trie_depth": max_trie_depth, "min_bfs_breadth": min_bfs_breadth,
                  "max_bfs_breadth": max_bfs_breadth, "draft_token_num": draft_token_num,
                  "match_type": match_type, "capacity": capacity,
@@ -237,7 +243,7 @@ class NgramCorpus:
         self.external_corpus_max_tokens = cfg.external_corpus_max_tokens
         self._corpus_token_counts: dict[str, int] = {}
         self._total_loaded_tokens = 0
-        self._cache = NgramCache(config=cfg, backend=backend).warmup()
+        self._cache = NgramCache(config=cfg, backend=backend)
         if v.check_bool(reserve, "reserve"):
             self._cache.reserve()
         self._exact = cfg.sglang_exact
@@ -245,7 +251,10 @@ class NgramCorpus:
         self._drafter: Drafter | None = None
         if not self._exact:
             self._drafter = Drafter(cache=self._cache, costs=costs)
-            warm_drafter(cfg, backend, costs)
+        # Compiled in the background from now on (a server loads its model meanwhile); the
+        # first call that runs a kernel waits for what is left.
+        self._warming = (Warming(warm_corpus, cfg, backend, costs)
+                         if v.check_bool(warm, "warm") else None)
         # The last draft's request ids and their total lengths then (int64, same order).
         self._last_keys: list[Hashable] | None = None
         self._last_lens = _EMPTY
@@ -253,6 +262,17 @@ class NgramCorpus:
         self._final: dict[Hashable, np.ndarray] = {}
 
     # ---- what SGLang's worker calls ---------------------------------------------------------
+
+    @property
+    def warming(self) -> bool:
+        """Whether the background compile started at construction is still running."""
+        return self._warming is not None and not self._warming.done
+
+    def _ready(self) -> None:
+        """Wait for the background compile (the first time a kernel is about to run)."""
+        if self._warming is not None:
+            warming, self._warming = self._warming, None
+            warming.wait()
 
     @property
     def config(self) -> NgramConfig:
@@ -269,6 +289,7 @@ class NgramCorpus:
         the step) into the trie, in a background thread; returns at once.  Beyond SGLang the
         windows are the contexts ``batch_get`` already saw, and the drafter's own policy
         inserts what the requests emitted at the next ``batch_get``: nothing is done here."""
+        self._ready()
         if not self._exact:
             return
         packed = _pack_windows(batch_tokens)
@@ -279,6 +300,7 @@ class NgramCorpus:
 
     def synchronize(self) -> None:
         """Wait until every window queued by ``batch_put`` is in the trie."""
+        self._ready()
         self._cache.synchronize()
 
     def batch_get(self, req_ids: Sequence[Hashable], batch_tokens: Sequence[Sequence[int]],
@@ -289,6 +311,7 @@ class NgramCorpus:
         ``batch_tokens[i]`` is the tail of request ``req_ids[i]`` (its last token is the
         tree's root), ``total_lens[i]`` the request's full length.
         """
+        self._ready()
         if not (len(req_ids) == len(batch_tokens) == len(total_lens)):
             raise ValueError("batchMatch expects state_ids, tokens, and total_lens to match in "
                              "size")
@@ -305,6 +328,7 @@ class NgramCorpus:
 
     def erase_match_state(self, req_ids: Sequence[Hashable]) -> None:
         """Forget these requests (their match states; beyond SGLang, their bookkeeping)."""
+        self._ready()
         keys = v.as_request_ids(list(req_ids))
         if self._exact:
             self._cache.erase(keys)
@@ -318,6 +342,7 @@ class NgramCorpus:
 
     def reset(self) -> None:
         """Empty the trie and forget every request (SGLang's cache flush; corpora stay)."""
+        self._ready()
         self._cache.reset()
         if not self._exact:
             self._drafter = Drafter(cache=self._cache, costs=self._costs)
@@ -337,6 +362,7 @@ class NgramCorpus:
         """Load a corpus given as SGLang's token chunks (documents separated by
         :data:`SEPARATOR_TOKEN`); returns the tokens loaded.  Commit them with
         :meth:`commit_external_corpus_load`."""
+        self._ready()
         if corpus_id in self._corpus_token_counts:
             raise ValueError(f"External corpus '{corpus_id}' already exists. Remove it before "
                              "adding a new corpus with the same id.")
@@ -359,11 +385,13 @@ class NgramCorpus:
 
     def commit_external_corpus_load(self, corpus_id: str, loaded_token_count: int) -> None:
         """Count a loaded corpus against the token budget."""
+        self._ready()
         self._corpus_token_counts[corpus_id] = loaded_token_count
         self._total_loaded_tokens += loaded_token_count
 
     def remove_external_corpus(self, corpus_id: str) -> None:
         """Unload a corpus (an unknown id is a no-op, as in SGLang)."""
+        self._ready()
         if corpus_id in self._cache.corpora():
             self._cache.remove_corpus(corpus_id)
         self._total_loaded_tokens -= self._corpus_token_counts.pop(corpus_id, 0)
@@ -420,6 +448,7 @@ class NgramCorpus:
         again unchanged is skipped; of more than :data:`NOTED_MAX` requests noted and not
         drafted yet, the oldest are forgotten (they are indexed at their first ``batch_get``
         from what it shows)."""
+        self._ready()
         keys = v.as_request_ids(list(req_ids))
         seqs = v.as_batch(list(prompts), "prompts")
         if len(seqs) != len(keys):
@@ -565,3 +594,23 @@ def _pack_windows(batch: Any) -> tuple[np.ndarray, np.ndarray] | None:
     offsets = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
     return flat.astype(np.int32), offsets
+
+
+def warm_corpus(config: NgramConfig, backend: str = "numba", costs: Any = None) -> None:
+    """Compile what SGLang's worker calls on the drop-in ``NgramCorpus`` running ``config``:
+    a throwaway corpus through the worker's own call sequence (one request, then a batch
+    larger than a new drafter's rows, with the launcher hook's calls), so that exactly the
+    kernels a server runs are compiled, and no others."""
+    from .sglang_replay import replay_worker  # (it drives any corpus: no import of this)
+
+    small = config.replace(capacity=max(config.trie_depth + 1, 256))
+    text = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4, 1, 2]
+    for n in (1, 9):  # 9: past a new drafter's 8 rows
+        corpus = NgramCorpus(max_trie_depth=config.max_trie_depth,
+                             draft_token_num=config.draft_token_num, config=small,
+                             backend=backend, costs=costs, warm=False)
+        replay_worker(corpus, [text[:8 + r % 3] for r in range(n)],
+                      [text[8 + r % 3:] + text for r in range(n)], concurrency=n,
+                      max_trie_depth=config.max_trie_depth,
+                      draft_token_num=config.draft_token_num, hooks=not config.sglang_exact,
+                      forward=lambda kind, count: None)

@@ -51,7 +51,7 @@ import numpy as np
 from ..config import PRESETS, VLLM_PROFILE, NgramConfig, toml_options
 from ..config_vllm import ENV_CONFIG, ENV_COSTS
 from ..drafter import Drafter
-from ._warm import warm_drafter
+from ._warm import Warming, warm_drafter
 
 __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config",
            "resolve_config", "choose_counts"]
@@ -395,7 +395,9 @@ class Proposer:
         self._known = 0                                 # requests among them
         self._auto = self.config.min_expected_accept == "auto"
         self._entries: dict[tuple[int, ...], tuple[Any, Any]] = {}
-        self._warm(backend, drafter_costs)
+        # Compiled in the background from now on (vLLM loads its model meanwhile); the first
+        # draft waits for what is left.
+        self._warming: Warming | None = Warming(self._warm, backend, drafter_costs)
         self._pending: dict[int, int] = {}              # proposed at the last call: id -> sent
         self._sent = self._accepted = 0                 # drafts sent / accepted (cost-aware)
         self._last: Any = None                          # the last DraftBatch proposed
@@ -458,6 +460,9 @@ class Proposer:
         num_speculative_tokens : int, optional
             At most this many drafts per request (default ``k``).
         """
+        if self._warming is not None:
+            warming, self._warming = self._warming, None
+            warming.wait()
         k = self.num_speculative_tokens
         if num_speculative_tokens is not None:
             k = min(k, int(num_speculative_tokens))

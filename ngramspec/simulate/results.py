@@ -221,7 +221,7 @@ class SimulationResult:
         call for call on ngramspec's kernels: the figure stands in for SGLang's own C++
         class, which is not needed to predict."""
         if self.sglang_seconds is None and self._step_api is not None:
-            from ..integrations.sglang_replay import time_worker  # the engine's own calls
+            from ..integrations.sglang_timing import time_worker  # the engine's own calls
 
             prompts, outputs, costs, steps = self._step_api
             per_step, taken = time_worker(self.config, prompts, outputs,

@@ -144,7 +144,7 @@ def test_a_command_that_reads_its_own_arguments_is_one_row(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
-    assert "{simulate,sweep,calibrate,check,streams,costs,sglang-launch,count-args}" in out
+    assert "{simulate,sweep,calibrate,check,streams,costs,warmup,sglang-launch,count-args}" in out
     assert "exit status: how many arguments" in out
 
 
