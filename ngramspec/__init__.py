@@ -15,6 +15,7 @@ from .costs import CostTable, CostTableError, ServingPrediction, predict_serving
 from .drafts import DraftBatch
 from .drafter import Drafter
 from .errors import BackgroundInsertError, CacheFileError, IntegrityError
+from .integrations.timing import time_drafting
 from .simulate import SimulationResult, StreamResult, Summary, simulate, simulate_stream
 from .streams import StreamError, iter_streams, read_streams
 from .verify import VerifyResult, verify_greedy, verify_greedy_logits, verify_sampling
@@ -23,4 +24,5 @@ __all__ = ["NgramCache", "NgramConfig", "DraftBatch", "Drafter", "VerifyResult",
            "verify_greedy_logits", "verify_sampling", "simulate", "SimulationResult", "Summary",
            "read_streams", "StreamError", "CostModel", "Prediction", "CostTable", "CostTableError",
            "ServingPrediction", "predict_serving", "schedule", "IntegrityError", "CacheFileError",
-           "BackgroundInsertError", "simulate_stream", "StreamResult", "iter_streams"]
+           "BackgroundInsertError", "simulate_stream", "StreamResult", "iter_streams",
+           "time_drafting"]

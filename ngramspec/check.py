@@ -62,6 +62,7 @@ from .drafter import Drafter
 from .drafts import DraftBatch
 from .simulate import _recorded_argmax, admit, simulate
 from .streams import read_streams
+from .integrations.timing import time_drafting
 from .verify import verify_greedy
 
 __all__ = ["check_against_model", "CheckReport", "CheckRow", "TOLERANCE"]
@@ -439,6 +440,8 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
     for c in levels:
         run_at = min(c, len(rows))
         sim = simulate(rows, config=config, concurrency=run_at, costs=auto)
+        if not getattr(cost_table, "drafting_included", False):
+            time_drafting(sim, rule)  # what the engine pays for drafting, on these streams
         pred = predict_serving(sim, cost_table, engine=rule)
         pred = with_interval(pred, bootstrap(sim, cost_table, engine=rule,
                                              draft_ms=pred.draft_ms))

@@ -14,7 +14,7 @@ where the best budget pays (speed-up above 1), is highest; ties go to the smalle
 Cells where nothing pays do not vote: there the advice is to keep speculation off.
 
 Drafting time is SGLang's worker calls on the drop-in ``NgramCorpus``, timed on the streams
-(``SimulationResult.sglang_ms_per_step``), once per budget; each part and concurrency then
+(``ns.time_drafting(result, "sglang")``), once per budget; each part and concurrency then
 uses the median over the budgets for every budget (``best_budget(..., draft_ms=)``).  One
 timing varies by up to three times at concurrency 48 on a shared 2-core machine, more than
 the budgets differ, and would decide close cells by noise; the medians are printed.
@@ -50,8 +50,8 @@ CONCURRENCY = (1, 4, 16, 48)
 
 def drafting(rows: list[dict], config: ns.NgramConfig) -> dict[int, list[float]]:
     """Per concurrency: SGLang's worker calls timed (ms per step) with every budget."""
-    return {c: [ns.simulate(rows, config=config.replace(draft_token_num=n),
-                            concurrency=c).sglang_ms_per_step for n in BUDGETS]
+    return {c: [ns.time_drafting(ns.simulate(rows, config=config.replace(draft_token_num=n),
+                                             concurrency=c), "sglang") for n in BUDGETS]
             for c in CONCURRENCY}
 
 

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from ..chat_template import import_transformers
 from ..config import NgramConfig
 from ..costs import CostTable, ServingPrediction, parse_concurrency, predict_serving, verdict
+from ..integrations.timing import time_drafting
 from ..costs.uncertainty import LEVEL, bootstrap, with_interval
 from ..simulate import SimulationResult, pool_results, simulate, simulate_stream
 from ..streams import embedded_streams_path, iter_streams
@@ -101,6 +102,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             bar.close()
         pred = None
         if cost is not None:
+            if args.draft_ms is None and not getattr(cost, "drafting_included", False):
+                time_drafting(result, args.engine)  # what the engine pays, on these streams
             pred = predict_serving(result, cost, draft_ms=args.draft_ms, engine=args.engine)
             pred = with_interval(pred, bootstrap(result, cost, engine=args.engine,
                                                  draft_ms=pred.draft_ms))

@@ -205,4 +205,9 @@ def drafting_ms(engine: Engine, result: Any, cost: Any) -> tuple[float, str]:
         measured = getattr(result, engine.drafting)
     if measured is not None:
         return float(measured), engine.drafting_words
+    if getattr(result, "timing_streams", None) is not None:  # could be timed, was not
+        raise ValueError(f"the result's drafting time for engine {engine.name!r} is not "
+                         f"measured ({engine.drafting} is None): call "
+                         f"ngramspec.time_drafting(result, engine={engine.name!r}) first, or "
+                         "pass draft_ms=")
     return float(result.draft_ms_per_step), "the compiled replay's own time (a low estimate)"

@@ -14,5 +14,7 @@
     ``Proposer``: ngramspec's chains as vLLM 0.33's ``custom_class`` speculative proposer
     (configured from the environment; imports nothing of vLLM).
 
-Nothing is imported here eagerly: ``import ngramspec`` never loads these modules.
+Nothing is imported here eagerly: ``import ngramspec`` loads only
+:mod:`ngramspec.integrations.timing` (``ngramspec.time_drafting``: what each engine pays for
+drafting, timed on a simulation's streams), which loads the drop-in only when asked.
 """

@@ -122,6 +122,13 @@ class SimulationResult:
         an accepted token-0 padding slot counts for the trie.  Per request they sum to
         ``emitted[r].sum() - emitted[r].size``; pooled in :attr:`summary`.  None without
         corpora.
+    step_api_seconds, step_api_steps, sglang_seconds, sglang_steps : float or None, int
+        The drafting an engine pays, timed by :func:`ngramspec.time_drafting` (None and 0
+        until then; see :attr:`step_api_ms_per_step`, :attr:`sglang_ms_per_step`).
+    timing_streams : tuple or None
+        What :func:`ngramspec.time_drafting` times: the run's prompts and outputs, its step
+        costs and the iterations to time (``simulate(..., step_api_steps=...)``); None when
+        the run is not to be timed (``step_api_steps=0``, vLLM's own proposer).
     """
 
     config: NgramConfig
@@ -142,7 +149,7 @@ class SimulationResult:
     sglang_seconds: float | None = None
     sglang_steps: int = 0
     _summary: Summary | None = field(default=None, repr=False)
-    _step_api: tuple | None = field(default=None, repr=False)  # what to time, until timed
+    timing_streams: tuple | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         s = self.summary
@@ -190,21 +197,9 @@ class SimulationResult:
         """What a custom loop pays per serving-loop iteration for drafting, ms: the step API
         (``Drafter.propose``, ``verify_greedy``, ``Drafter.accept``, with ``add_request`` and
         ``finish`` spread over the steps) timed on the first ``step_api_steps`` iterations
-        of these streams (``simulate(..., step_api_steps=...)``); None if not timed.  What
-        :func:`~ngramspec.costs.predict_serving` adds to each step by default.  Admission
-        and finishing are timed per request and spread over all the run's iterations."""
-        if self.step_api_seconds is None and self._step_api is not None:
-            from .stepwise import _time_step_api  # the loop sits above its results
-
-            prompts, outputs, costs, steps = self._step_api
-            per_step, per_req, taken = _time_step_api(prompts, outputs, self.config,
-                                                      self.concurrency, steps, costs,
-                                                      self.backend)
-            # Admission and finishing, per request, spread over the whole run's iterations.
-            n_run = sum(1 for o in outputs if o.size > 1)
-            self.step_api_seconds = taken * (per_step + per_req * n_run /
-                                             max(self.batch_steps, 1))
-            self.step_api_steps = taken
+        of these streams by :func:`ngramspec.time_drafting` (``engine="custom"``); None until
+        then.  What :func:`~ngramspec.costs.predict_serving` adds to each step by default.
+        Reading it never runs anything."""
         if self.step_api_seconds is None or not self.step_api_steps:
             return None
         return 1e3 * self.step_api_seconds / self.step_api_steps
@@ -215,19 +210,12 @@ class SimulationResult:
         calls (``synchronize``, ``batch_get``, ``batch_put``, ``erase_match_state``; beyond
         SGLang also the launcher hook's ``note_prompts`` and ``note_finished``) on ngramspec's
         drop-in ``NgramCorpus`` running this configuration, timed on the first
-        ``step_api_steps`` iterations of these streams when first read; None if not timed.
-        What :func:`~ngramspec.costs.predict_serving` adds to each step with
+        ``step_api_steps`` iterations of these streams by :func:`ngramspec.time_drafting`
+        (``engine="sglang"``); None until then.  What
+        :func:`~ngramspec.costs.predict_serving` adds to each step with
         ``engine="sglang"``.  For SGLang-exact settings the drop-in runs SGLang's algorithm
         call for call on ngramspec's kernels: the figure stands in for SGLang's own C++
         class, which is not needed to predict."""
-        if self.sglang_seconds is None and self._step_api is not None:
-            from ..integrations.sglang_timing import time_worker  # the engine's own calls
-
-            prompts, outputs, costs, steps = self._step_api
-            per_step, taken = time_worker(self.config, prompts, outputs,
-                                          concurrency=self.concurrency, steps=steps,
-                                          costs=costs)
-            self.sglang_seconds, self.sglang_steps = per_step * taken, taken
         if self.sglang_seconds is None or not self.sglang_steps:
             return None
         return 1e3 * self.sglang_seconds / self.sglang_steps
@@ -246,12 +234,12 @@ class SimulationResult:
 
     @property
     def sglang_timed(self) -> bool:
-        """Whether :attr:`sglang_ms_per_step` has been measured (it is, when first read)."""
+        """Whether :attr:`sglang_ms_per_step` has been measured (:func:`ngramspec.time_drafting`)."""
         return self.sglang_seconds is not None
 
     @property
     def step_api_timed(self) -> bool:
-        """Whether :attr:`step_api_ms_per_step` has been measured (it is, when first read)."""
+        """Whether :attr:`step_api_ms_per_step` has been measured (:func:`ngramspec.time_drafting`)."""
         return self.step_api_seconds is not None
 
     @property

@@ -68,12 +68,12 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         Required with ``min_expected_accept="auto"`` (refused otherwise): the step costs
         the tree sizes are chosen from, at each step's batch size.
     step_api_steps : int
-        Time the step API a custom loop runs (:class:`~ngramspec.Drafter` and
-        :func:`~ngramspec.verify_greedy`, as ``docs/custom-loop.md`` teaches them) on the
-        first this many serving-loop iterations, when
-        :attr:`SimulationResult.step_api_ms_per_step` is first read (predictions add it to
-        each step); 0: never.  The compiled replay's own time (``draft_ms_per_step``) leaves out the
-        Python a loop runs around the kernels.
+        The serving-loop iterations :func:`ngramspec.time_drafting` times an engine's drafting
+        on (the step API a custom loop runs, :class:`~ngramspec.Drafter` and
+        :func:`~ngramspec.verify_greedy` as ``docs/custom-loop.md`` teaches them, or SGLang's
+        worker calls on the drop-in): the first this many; 0: the result cannot be timed.
+        Nothing is timed here: the compiled replay's own time (``draft_ms_per_step``) leaves
+        out the Python a loop runs around the kernels.
 
     Returns
     -------
@@ -148,8 +148,8 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
             prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs,
             sources=found)
         by_source = found or None
-    # Timed when first asked for (a prediction): compiling the step API's kernels is for the
-    # runs that predict, not for every simulation.
+    # Timed by an explicit call (ngramspec.time_drafting, which predictions make): compiling
+    # the step API's kernels is for the runs that predict, not for every simulation.
     pending = (prompts, outputs, costs, int(step_api_steps)) \
         if step_api_steps and not config.vllm else None  # vLLM's proposer has no step API
     return SimulationResult(
@@ -158,7 +158,7 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
         prompt_lens=np.asarray([p.size for p in prompts], np.int64),
         output_lens=np.asarray([o.size for o in outputs], np.int64),
         emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
-        batch_steps=batch_steps, accepted_by_source=by_source, _step_api=pending)
+        batch_steps=batch_steps, accepted_by_source=by_source, timing_streams=pending)
 
 
 def _replay_lookup(prompts, outputs, config: NgramConfig, backend: str,

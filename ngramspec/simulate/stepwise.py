@@ -15,7 +15,7 @@ from .._jit import compile_free_clock
 from ..config import NgramConfig
 from ..verify import verify_greedy
 
-__all__ = ["admit"]
+__all__ = ["admit", "time_step_api"]
 
 ProgressFn = Callable[[int, int], None]
 
@@ -67,7 +67,7 @@ def admit(nxt: int, running: list[int], concurrency: int, lengths: Sequence[int]
     return nxt
 
 
-def _time_step_api(prompts, outputs, config: NgramConfig, concurrency: int, steps: int,
+def time_step_api(prompts, outputs, config: NgramConfig, concurrency: int, steps: int,
                    costs: Any, backend: str) -> tuple[float, float, int]:
     """The step API timed on the first ``steps`` serving-loop iterations of
     :func:`_replay_stepwise` (the recorded argmax, which stands in for the target, untimed):

@@ -157,6 +157,7 @@ def best_budget(config: NgramConfig, streams: StreamSource, cost: CostTable | Co
             raise ValueError(f"budgets: draft_token_num={n} does not suit the configuration "
                              f"({e})") from None
     rows = read_streams(streams)
+    from ..integrations.timing import time_drafting
     from ..simulate import simulate  # the serving loop sits below; numba loads only here
 
     predictions: dict[int, ServingPrediction] = {}
@@ -165,6 +166,8 @@ def best_budget(config: NgramConfig, streams: StreamSource, cost: CostTable | Co
         auto = cfg.min_expected_accept == "auto"
         result = simulate(rows, config=cfg, concurrency=concurrency,
                           costs=cost if auto else None)
+        if draft_ms is None and not getattr(cost, "drafting_included", False):
+            time_drafting(result, "sglang")
         predictions[n] = predict_serving(result, cost, draft_ms=draft_ms, engine="sglang")
         tokens[n] = float(result.tokens_per_step)
     best = sizes[0]

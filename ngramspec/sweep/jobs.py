@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from ..config import NgramConfig
 from ..costs import CostModel, CostTable, predict_serving
+from ..integrations.timing import time_drafting
 from ..costs.uncertainty import bootstrap, with_interval
 from ..simulate import simulate
 from .executors import versions
@@ -125,6 +126,8 @@ def run_job(job: Job, parts: Mapping[str, list[dict]]) -> dict:
         iv = bootstrap(r)
     else:
         # Predicted in the worker: the per-request step counts need not travel back.
+        if job.draft_ms is None and not getattr(job.cost, "drafting_included", False):
+            time_drafting(r, job.engine)
         p = predict_serving(r, job.cost, draft_ms=job.draft_ms, engine=job.engine)
         iv = bootstrap(r, job.cost, engine=job.engine, draft_ms=p.draft_ms)
         p = with_interval(p, iv)

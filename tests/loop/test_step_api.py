@@ -216,19 +216,27 @@ def test_torch_cpu_tensors_are_read_like_arrays():
         ns.verify_greedy_logits(d, logits[:, :2])
 
 
-def test_simulate_times_the_step_api_and_predictions_add_it():
+def test_time_drafting_times_the_step_api_and_predictions_add_it():
     rows = ROWS[:4]
     r = ns.simulate(rows, config=ns.NgramConfig(capacity=100_000), concurrency=2,
                     step_api_steps=16)
-    assert not r.step_api_timed and r.to_dict()["summary"]["step_api_ms_per_step"] is None
-    assert r.step_api_ms_per_step > 0 and r.step_api_steps == 16 and r.step_api_timed
-    assert r.to_dict()["summary"]["step_api_ms_per_step"] == r.step_api_ms_per_step
+    # A result is values: reading a field runs nothing; an untimed result is refused by a
+    # prediction that would add its drafting, with the call that times it.
+    assert r.step_api_ms_per_step is None and not r.step_api_timed
+    assert r.to_dict()["summary"]["step_api_ms_per_step"] is None and not r.step_api_timed
     table = ns.CostTable([(1, 1, 10.0), (1, 12, 12.0), (2, 1, 11.0), (2, 12, 14.0)])
-    assert ns.predict_serving(r, table).draft_ms == r.step_api_ms_per_step
+    with pytest.raises(ValueError, match=r"call ngramspec\.time_drafting\(result, "
+                                         r"engine='custom'\) first, or pass draft_ms="):
+        ns.predict_serving(r, table)
     assert ns.predict_serving(r, table, draft_ms=0).draft_ms == 0
+    ms = ns.time_drafting(r)
+    assert ms == r.step_api_ms_per_step > 0 and r.step_api_steps == 16 and r.step_api_timed
+    assert ns.time_drafting(r) == ms  # timed once: the stored figure afterwards
+    assert r.to_dict()["summary"]["step_api_ms_per_step"] == r.step_api_ms_per_step
+    assert ns.predict_serving(r, table).draft_ms == r.step_api_ms_per_step
     off = ns.simulate(rows, config=ns.NgramConfig(capacity=100_000), concurrency=2,
                       step_api_steps=0)
-    assert off.step_api_ms_per_step is None
+    assert ns.time_drafting(off) is None and off.step_api_ms_per_step is None
     assert ns.predict_serving(off, table).draft_ms == off.draft_ms_per_step
     assert [e.tolist() for e in off.emitted] == [e.tolist() for e in r.emitted]
     for bad in (-1, 1.5, True):

@@ -228,6 +228,7 @@ def test_flat_table_gives_the_seed_figure_at_concurrency_1(corpus, tmp_path):
     p = tmp_path / "flat.csv"
     p.write_text("batch,tokens,ms\n1,1,12.2\n1,12,30\n256,1,12.2\n256,12,30\n")
     r = ns.simulate(corpus, config=ns.NgramConfig())
+    ns.time_drafting(r)
     pred = predict_serving(r, CostTable.read(p))
     legacy = ns.CostModel(decode_ms=12.2, verify_ms=30).predict(
         r.tokens_per_step, draft_ms=r.step_api_ms_per_step)  # the step API's time per step
@@ -429,6 +430,7 @@ def test_unexpected_errors_are_one_line_too(monkeypatch, capsys):
 
 def test_huge_concurrency_is_clamped_not_allocated(few):
     r = ns.simulate(few, config=ns.NgramConfig(), concurrency=len(few))
+    ns.time_drafting(r)
     s = schedule(r, concurrency=10**12)  # slots: at most one per request with steps
     assert_array_equal(s.batch, schedule(r).batch)
     p = predict_serving(r, ns.CostModel(decode_ms=10, verify_ms=20))
@@ -448,6 +450,7 @@ def test_sweep_over_concurrency(few, tmp_path):
     assert len(res) == 4 and {r["concurrency"] for r in res} == {1, 8}
     for r in res:
         one = ns.simulate(few, config=ns.NgramConfig(**r["options"]), concurrency=r["concurrency"])
+        ns.time_drafting(one)
         want = predict_serving(one, ns.CostModel(decode_ms=12.2, verify_ms=30))
         assert r["prediction"]["steps"] == want.steps
         assert r["prediction"]["baseline_ms"] == want.baseline_ms

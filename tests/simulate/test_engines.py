@@ -59,6 +59,7 @@ def test_sglang_pricing_equals_a_recomputation_by_hand(streams, preset):
 
     for c in (1, 4, 16, 48):
         r = ns.simulate(streams, config=cfg, concurrency=c)
+        ns.time_drafting(r, "sglang")
         p = predict_serving(r, model, engine="sglang")
         assert p.engine == "sglang" and p.draft_ms == r.sglang_ms_per_step > 0
         spec, base = _by_hand(r, r.concurrency, t, p.draft_ms)
@@ -88,6 +89,7 @@ def test_a_table_with_drafting_included_adds_none(streams):
         p = predict_serving(r, table, engine=engine)
         assert p.draft_ms == 0.0 and "included" in p.draft_source
     table.drafting_included = False
+    ns.time_drafting(r, "sglang")
     assert predict_serving(r, table, engine="sglang").draft_ms == r.sglang_ms_per_step > 0
 
 
