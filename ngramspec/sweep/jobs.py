@@ -190,5 +190,6 @@ def streams_digest(parts: Mapping[str, list[dict]]) -> str:
 def warm_kernels(job: Job) -> None:
     """Load the compiled replay in this process, before local workers are forked from it:
     they inherit it instead of each loading it again (a second or so per worker)."""
-    rows = [{"id": 0, "prompt_ids": [1, 2], "output_ids": [1, 2, 3]}]
-    simulate(rows, config=NgramConfig(**{**job.base, **job.options, "capacity": 64}))
+    from ..integrations.warmup import warm_everything  # (the one warm-up: ngramspec warmup's)
+
+    warm_everything(NgramConfig(**{**job.base, **job.options}), ("simulate",))
