@@ -38,7 +38,7 @@ SCENARIOS = {
                "from ngramspec.integrations.sglang import NgramCorpus\n"
                "c = ns.NgramConfig.recommended()\n"
                "NgramCorpus(max_trie_depth=c.max_trie_depth, draft_token_num=c.draft_token_num,"
-               " config=c)._ready()"),
+               " config=c)._ready()"),  # (the background warm-up, waited for)
     "vllm": ("import types\nfrom ngramspec.integrations.vllm import Proposer\n"
              "sn = types.SimpleNamespace\n"
              "p = Proposer(sn(speculative_config=sn(num_speculative_tokens=3), "
