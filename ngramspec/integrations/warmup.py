@@ -35,7 +35,8 @@ def warm_everything(config: NgramConfig, parts: tuple[str, ...] = PARTS,
     rng = np.random.default_rng(0)
     rows = [{"id": r, "prompt_ids": [1, 2, 3, 4, 1, 2, 3][:5 + r],
              "output_ids": rng.integers(0, 50, 400).tolist()} for r in range(3)]
-    small = config.replace(capacity=max(config.trie_depth + 1, 256))
+    # (vLLM's own proposer has no trie to size)
+    small = config if config.vllm else config.replace(capacity=max(config.trie_depth + 1, 256))
     applies = {"simulate": True, "step-api": not config.vllm,
                "sglang": config.profile == "sglang-0.5.23" and not config.chain,
                "vllm": config.chain}
