@@ -41,18 +41,15 @@ def warm_everything(config: NgramConfig, parts: tuple[str, ...] = PARTS,
                "sglang": config.profile == "sglang-0.5.23" and not config.chain,
                "vllm": config.chain}
     taken: dict[str, float] = {}
-    result = None
     for part in parts:
         if not applies[part]:
             continue
         t0 = time.perf_counter()
         if part == "simulate":
-            result = simulate(rows, config=small)
+            simulate(rows, config=small)
         elif part == "step-api":  # one request per step, and batches (other kernels)
             for conc in (1, 3):
-                if result is None or conc > 1:
-                    result = simulate(rows, config=small, concurrency=conc)
-                time_drafting(result, "custom")
+                time_drafting(simulate(rows, config=small, concurrency=conc), "custom")
         elif part == "sglang":
             warm_corpus(config)
         else:
