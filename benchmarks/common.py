@@ -188,7 +188,7 @@ def fit(edges: np.ndarray, ridge: float, level_edges: Sequence[int] = LEVEL_EDGE
 
 def table_array(coef: np.ndarray, level_edges: Sequence[int] = LEVEL_EDGES) -> np.ndarray:
     """The kernels' form of a fitted table
-    (:func:`ngramspec.calibration_table.calibration_array`)."""
+    (:func:`ngramspec.config.acceptance_table.calibration_array`)."""
     return np.concatenate([[len(CONTEXT_EDGES), len(TOTAL_EDGES), len(level_edges)],
                            CONTEXT_EDGES, TOTAL_EDGES, level_edges,
                            np.asarray(coef, np.float64).reshape(-1)]).astype(np.float64)
@@ -198,9 +198,9 @@ def cross_validate(edge_sets: dict[str, np.ndarray], rows: list[dict], repeats: 
                    ridge: float, seed: int = 0) -> dict[str, list[float]]:
     """Worst bin (>= 1% of steps) of each edge set's fit, judged on the other half of the
     tuning requests, per fold (``2 * repeats`` folds, the same halves for every set)."""
-    import ngramspec.calibration_table as calibration
+    import ngramspec.config.acceptance_table as calibration
     from ngramspec.sweep.split import group_key
-    from ngramspec.reliability import reliability
+    from ngramspec.measure.reliability import reliability
 
     keys = sorted({group_key(r["id"]) for r in rows})
     rng = np.random.default_rng(seed)

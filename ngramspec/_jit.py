@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-__all__ = ["jit", "jit_inline", "entry_point", "kernels", "compile_free_clock", "OPTIONS"]
+__all__ = ["jit", "jit_inline", "entry_point", "compile_free_clock", "OPTIONS"]
 
 # Serial kernels: cached on disk, and free of the GIL so that caches in other threads run.
 OPTIONS = dict(cache=os.environ.get("NGRAMSPEC_NUMBA_CACHE", "1") != "0", nogil=True,
@@ -97,21 +97,6 @@ def _listen() -> None:
     event.register("numba:compile", _notice[0])
 
 
-_KERNELS: dict[str, Any] = {}
-
-
-def kernels(name: str) -> Any:
-    """The kernel module ``ngramspec.engine.<name>``, imported on first use (importing
-    ngramspec loads no Numba) and held here: an import statement on every call costs about
-    2.5 µs on a hot path whose caches a forward pass has just evicted (measured at batch 1)."""
-    mod = _KERNELS.get(name)
-    if mod is None:
-        import importlib
-
-        mod = _KERNELS[name] = importlib.import_module(f"ngramspec.engine.{name}")
-    return mod
-
-
 def jit_inline(fn):
     """:func:`jit`, inlined into its callers at Numba's IR level: for helpers on hot paths that
     take bundles (LLVM alone does not inline them, and a call costs the bundle's unpacking)."""
@@ -151,7 +136,7 @@ def _compiled(numba: Any, fn: Callable, **extra: Any) -> Any:
 
 # What compiled kernels are made of: the engine's files and the modules they take code or
 # constants from (Numba freezes globals into the machine code).
-_KERNEL_SOURCES = ("engine", "_jit.py", "stdorder.py", "_canonical.py", "config.py", "errors.py")
+_KERNEL_SOURCES = ("engine", "_jit.py", "stdorder.py", "_canonical.py", "config", "errors.py")
 _stamped: list[bool] = []
 
 
@@ -164,7 +149,8 @@ def _sources_stamp(root: str | None = None) -> bytes:
     digest = hashlib.sha256()
     for name in _KERNEL_SOURCES:
         path = os.path.join(root, name)
-        files = (sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".py"))
+        files = (sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names
+                        if f.endswith(".py"))
                  if os.path.isdir(path) else [path])
         for f in files:
             digest.update(os.path.relpath(f, root).encode())

@@ -36,7 +36,7 @@ def rewrite_cache_file(src, dst, *, header=None, arrays=None, drop=(), fix_check
     replaced by ``arrays`` (their dtype and shape listed in the header), the members named in
     ``drop`` left out, and every listed checksum made to match its member (with
     ``fix_checksums=False`` the replaced members keep the checksums they had)."""
-    from ngramspec import persist
+    from ngramspec.cache import persist
 
     with np.load(src) as f:
         members = {k: f[k] for k in f.files}

@@ -1,8 +1,11 @@
 """The package keeps the layering that docs/architecture.md writes down.
 
 The layer table and the exceptions are read from the document itself, so the two cannot drift:
-every module belongs to one layer, nothing imports up a layer except the listed exceptions,
-no imports form a cycle (imports inside functions included), and no module outgrows 700 lines.
+every module belongs to one layer and every package lies in one layer whole, the lowest layer
+holds leaves only, nothing imports up a layer except the listed exceptions, no imports form a
+cycle (imports inside functions included, and imports by name: ``importlib.import_module``
+and ``"module:attr"`` registries), the top level stays the public front and a few leaves, and
+no module outgrows 700 lines.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ngramspec"
 DOC = ROOT / "docs" / "architecture.md"
 MAX_LINES = 700
+MAX_TOP_LEVEL = 8  # modules beside the packages (``__init__`` not counted)
 
 
 def _modules() -> dict[str, Path]:
@@ -45,10 +49,32 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, int]:
                 targets.append(sub if sub in modules else source)
         elif isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
+        else:
+            targets = _by_name(node)
         for target in targets:
             if target in modules and target != name:
                 found.setdefault(target, node.lineno)
     return found
+
+
+def _by_name(node: ast.AST) -> list[str]:
+    """Modules ``node`` imports by name: ``import_module("a.b")`` or ``import_module(f"a.b.{x}")``
+    (the package ``a.b``), and a ``"a.b:attr"`` registry entry."""
+    if isinstance(node, ast.Call):
+        fn = node.func
+        name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+        if name == "import_module" and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                return [arg.value]
+            if isinstance(arg, ast.JoinedStr) and arg.values \
+                    and isinstance(arg.values[0], ast.Constant):
+                return [str(arg.values[0].value).rstrip(".")]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        m = re.fullmatch(r"(ngramspec(?:\.\w+)*):\w+", node.value)
+        if m:
+            return [m.group(1)]
+    return []
 
 
 def _table(marker: str) -> list[list[str]]:
@@ -78,6 +104,26 @@ GRAPH = {m: _imports(m, p, MODULES) for m, p in MODULES.items()}
 def test_every_module_has_a_layer():
     layer = _layer_of(MODULES)
     assert sorted(set(MODULES) - set(layer)) == []
+
+
+def test_every_package_lies_in_one_layer():
+    layer = _layer_of(MODULES)
+    packages = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+    split = sorted(f"{m}: {sorted({layer[m]} | {layer[s] for s in MODULES if s.startswith(m + '.')})}"
+                   for m in packages - {"ngramspec"}
+                   if {layer[s] for s in MODULES if s.startswith(m + ".")} - {layer[m]})
+    assert split == []
+
+
+def test_the_lowest_layer_holds_leaves_only():
+    layer = _layer_of(MODULES)
+    assert sorted(f"{m} -> {sorted(GRAPH[m])}" for m in MODULES
+                  if layer[m] == 0 and GRAPH[m]) == []
+
+
+def test_the_top_level_is_the_front_and_a_few_leaves():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert len(top) <= MAX_TOP_LEVEL, top
 
 
 def test_no_import_goes_up_a_layer_but_the_listed_exceptions():
@@ -137,3 +183,13 @@ def test_the_checker_sees_a_planted_cycle_and_an_upward_import(tmp_path):
     pkg["ngramspec.b"].write_text("def f():\n    from .a import x\n")
     assert _imports("ngramspec.a", pkg["ngramspec.a"], pkg) == {"ngramspec.b": 1}
     assert _imports("ngramspec.b", pkg["ngramspec.b"], pkg) == {"ngramspec.a": 2}
+
+
+def test_the_checker_sees_imports_by_name(tmp_path):
+    pkg = {"ngramspec.a": tmp_path / "a.py", "ngramspec.b": tmp_path / "b.py",
+           "ngramspec.c": tmp_path / "c" / "__init__.py"}
+    pkg["ngramspec.a"].write_text("import importlib\n\ndef f(x):\n"
+                                  "    return importlib.import_module(f'ngramspec.c.{x}')\n")
+    pkg["ngramspec.b"].write_text("TABLE = {'x': 'ngramspec.a:f'}\n")
+    assert _imports("ngramspec.a", pkg["ngramspec.a"], pkg) == {"ngramspec.c": 4}
+    assert _imports("ngramspec.b", pkg["ngramspec.b"], pkg) == {"ngramspec.a": 1}

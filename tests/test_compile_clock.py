@@ -64,15 +64,19 @@ def test_the_disk_cache_is_keyed_on_every_kernel_source(tmp_path: Path) -> None:
     from ngramspec.engine import heap
 
     root = tmp_path / "pkg"
-    (root / "engine").mkdir(parents=True)
-    for name in ("_jit.py", "stdorder.py", "_canonical.py", "config.py", "errors.py",
-                 "engine/heap.py", "engine/tree.py"):
+    for d in ("engine/corpora", "config"):
+        (root / d).mkdir(parents=True)
+    for name in ("_jit.py", "stdorder.py", "_canonical.py", "errors.py", "config/modes.py",
+                 "config/settings.py", "engine/heap.py", "engine/tree.py",
+                 "engine/corpora/sam.py"):
         (root / name).write_text(f"# {name}\n")
     before = _jit._sources_stamp(str(root))
     os.utime(root / "engine" / "heap.py", (1, 1))
     assert _jit._sources_stamp(str(root)) == before
-    (root / "engine" / "heap.py").write_text("# edited\n")
-    assert _jit._sources_stamp(str(root)) != before
+    for name in ("engine/heap.py", "config/modes.py", "engine/corpora/sam.py"):  # any depth
+        (root / name).write_text("# edited\n")
+        assert _jit._sources_stamp(str(root)) != before
+        before = _jit._sources_stamp(str(root))
     # Every ngramspec kernel checks that stamp (its locator is ours; the directory Numba's).
     locator = heap.heap_push._cache._impl.locator
     assert type(locator).__name__.startswith("Ngramspec")

@@ -5,14 +5,14 @@ import importlib
 
 import pytest
 
-MODULES = ["ngramspec", "ngramspec.config", "ngramspec.config_toml", "ngramspec.stdorder",
-           "ngramspec.cache", "ngramspec.drafts", "ngramspec.verify", "ngramspec.drafter",
-           "ngramspec.streams", "ngramspec.simulate.results", "ngramspec.simulate.runs",
-           "ngramspec.simulate.stepwise", "ngramspec.costs.model", "ngramspec.costs.records",
-           "ngramspec.costs.engines", "ngramspec.sweep.budget", "ngramspec.reliability",
-           "ngramspec.calibration_table", "ngramspec.testing", "ngramspec.testing.strategies",
-           "ngramspec.testing._compare", "ngramspec.testing._machine",
-           "ngramspec.testing._golden"]
+MODULES = ["ngramspec", "ngramspec.config.settings", "ngramspec.config.toml",
+           "ngramspec.stdorder", "ngramspec.cache.facade", "ngramspec.drafts.batch",
+           "ngramspec.drafts.verify", "ngramspec.drafter.step_api", "ngramspec.streams.files",
+           "ngramspec.simulate.results", "ngramspec.simulate.runs", "ngramspec.simulate.stepwise",
+           "ngramspec.costs.model", "ngramspec.costs.records", "ngramspec.costs.engines",
+           "ngramspec.sweep.budget", "ngramspec.measure.reliability",
+           "ngramspec.config.acceptance_table", "ngramspec.testing", "ngramspec.testing.strategies",
+           "ngramspec.testing._compare", "ngramspec.testing._machine", "ngramspec.testing._golden"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 
 import ngramspec as ns
-from ngramspec.reliability import reliability
+from ngramspec.measure.reliability import reliability
 
 from benchmarks.peers import protocol as H
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import ngramspec as ns
-from ngramspec.corpora import corpus_stream
+from ngramspec.cache.corpora import corpus_stream
 from ngramspec.engine.sam import FlatAutomaton
 
 from benchmarks.common import DEFAULTS, documents, load_rows, run_python, trace

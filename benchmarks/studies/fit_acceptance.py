@@ -141,8 +141,8 @@ def _edges(config: ns.NgramConfig, rows: list[dict]) -> np.ndarray:
 def refit_fresh(ridge: float) -> None:
     """Worst bins on the second recording's halves: the shipped table, then tables refitted
     on its tuning half (see ``--refit-fresh``)."""
-    import ngramspec.calibration_table as calibration
-    from ngramspec.reliability import reliability
+    import ngramspec.config.acceptance_table as calibration
+    from ngramspec.measure.reliability import reliability
     from ngramspec.streams import fresh_streams_path
 
     rows = read_streams(fresh_streams_path())

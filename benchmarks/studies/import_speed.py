@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import ngramspec as ns
-from ngramspec.importers import import_streams
+from ngramspec.streams.importers import import_streams
 
 from benchmarks.common import train_chat_tokenizer
 
@@ -55,7 +55,7 @@ def main() -> None:
                     {"role": "system", "content": "You are a helpful assistant."},
                     {"role": "user", "content": say(10, 60)},
                     {"role": "assistant", "content": say(10, 60)}]}) + "\n")
-        from ngramspec.importers import load_chat_tokenizer
+        from ngramspec.streams.importers import load_chat_tokenizer
         tok = load_chat_tokenizer(d / "tok")  # loading transformers is not timed
         times, cpu = [], []
         for _ in range(args.repeats):

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import MATCH_TYPES, PRESETS, PROFILES, NgramConfig, toml_options
+from ..config.settings import MATCH_TYPES, PRESETS, PROFILES, NgramConfig, toml_options
 from ..costs import ENGINE_NAMES, ENGINES, CostModel, CostTable, parse_concurrency
 from ..costs.engines import check_engine_config
 from ..streams import embedded_streams_path, read_streams

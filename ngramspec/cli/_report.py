@@ -7,8 +7,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from .. import config as config_module
 from ..config import NgramConfig
+from ..config.modes import BEYOND_SGLANG
 from ..costs import ENGINES, ServingPrediction, verdict
 from ..costs import speed_up_text
 from ..costs.uncertainty import MIN_REQUESTS, Interval
@@ -59,7 +59,7 @@ def config_line(cfg: NgramConfig) -> str:
         return (f"profile={cfg.profile} prompt_lookup_min={cfg.prompt_lookup_min} "
                 f"prompt_lookup_max={cfg.prompt_lookup_max} "
                 f"num_speculative_tokens={cfg.num_speculative_tokens}")
-    beyond = set(getattr(config_module, "BEYOND_SGLANG", ()))
+    beyond = set(BEYOND_SGLANG)
     defaults = {f.name: f.default for f in config_fields()}
     return " ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items()
                     if v is not None and not (k in beyond and v == defaults[k]))

@@ -41,7 +41,7 @@ def add_arguments(cal: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    from ..calibrate import measure
+    from ..measure.calibrate import measure
 
     batch = parse_concurrency(args.batch, flag="--batch")
     tokens = parse_concurrency(args.tokens, flag="--tokens")

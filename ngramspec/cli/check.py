@@ -45,7 +45,7 @@ def add_arguments(chk: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    from ..check import TOLERANCE, check_against_model
+    from ..measure.check import TOLERANCE, check_against_model
 
     levels = parse_concurrency(args.concurrency)
     for flag, v in (("--max-requests", args.max_requests), ("--max-output", args.max_output),

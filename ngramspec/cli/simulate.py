@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any, TextIO
 
-from ..chat_template import import_transformers
+from ..streams.chat_template import import_transformers
 from ..config import NgramConfig
 from ..costs import CostTable, ServingPrediction, parse_concurrency, predict_serving, verdict
 from ..integrations.timing import time_drafting
@@ -261,7 +261,7 @@ def _run_shards(args: argparse.Namespace, sources: list[str], config: NgramConfi
 
 def _corpora(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--corpus`` files read as documents (ids: the paths), with ``--tokenizer`` for text."""
-    from ..corpora import read_corpus
+    from ..cache.corpora import read_corpus
 
     if not args.corpus:
         return None

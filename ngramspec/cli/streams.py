@@ -87,7 +87,7 @@ def _run_check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _run_import(args: argparse.Namespace, out: TextIO) -> int:
-    from ..importers import FORMATS, import_streams, load_chat_tokenizer
+    from ..streams.importers import FORMATS, import_streams, load_chat_tokenizer
 
     if args.format not in FORMATS:
         raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")

@@ -12,8 +12,8 @@ import time
 from typing import Any, TextIO
 
 from ..config import NgramConfig
-from ..config_toml import render_ranking
-from ..config_vllm import ENV_CONFIG, batch_schedule, launch_line, speculative_config
+from ..config.toml import render_ranking
+from ..config.vllm import ENV_CONFIG, batch_schedule, launch_line, speculative_config
 from ..costs import (ENGINES, CostModel, CostTable, ServingPrediction, parse_concurrency,
                      verdict)
 from ..costs import speed_up_text

@@ -445,7 +445,7 @@ class EngineBackend:
         """ADAPTIVE drafts (stateless); ``local[b]``: request b's own backend, searched first.
         ``costs`` (``min_expected_accept="auto"``): the step time per drafted-node cap, the
         cap chosen over the batch (:func:`~.adaptive.choose_cap`)."""
-        from ..calibration_table import calibration_array
+        from ..config.acceptance_table import calibration_array
 
         cfg = self.config
         n = cfg.draft_token_num

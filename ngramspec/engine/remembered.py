@@ -157,7 +157,7 @@ class Remembered:
         self._entries: dict[str, object] = {}
         adaptive = config.match_type == "ADAPTIVE"
         if adaptive:
-            from ..calibration_table import calibration_array
+            from ..config.acceptance_table import calibration_array
 
             params = (int(depth), int(config.budget), float(config.min_token_prob),
                       float(config.max_spec_factor),

@@ -121,7 +121,7 @@ class _Run:
         n = config.draft_token_num
         exact = config.exact_counts or config.local_index
         self.cfg, fcfg = _config_arrays(config, conc)
-        from ..calibration_table import calibration_array
+        from ..config.acceptance_table import calibration_array
         from ..costs import check_costs, cost_matrix
 
         costs = check_costs(config, costs)

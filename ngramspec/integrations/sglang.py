@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from .. import _validate as v
-from .._jit import kernels
+from ..engine import kernels
 from ..cache import NgramCache
 from ..config import PRESETS, NgramConfig
 from ..drafter import Drafter

@@ -367,7 +367,7 @@ def _read_config(opts: argparse.Namespace) -> Any:
     from pathlib import Path
 
     from ..config import NgramConfig
-    from ..config_toml import read_ranking
+    from ..config.toml import read_ranking
 
     if opts.config is None:
         return NgramConfig.preset(opts.preset or "recommended")

@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import PRESETS, VLLM_PROFILE, NgramConfig, toml_options
-from ..config_vllm import ENV_CONFIG, ENV_COSTS
+from ..config.settings import PRESETS, VLLM_PROFILE, NgramConfig, toml_options
+from ..config.vllm import ENV_CONFIG, ENV_COSTS
 from ..drafter import Drafter
 from ._warm import Warming, warm_drafter
 

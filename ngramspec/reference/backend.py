@@ -107,7 +107,7 @@ class ReferenceBackend:
         """ADAPTIVE drafts (stateless); ``local[b]``: request b's own backend, searched first.
         ``costs`` (``min_expected_accept="auto"``): the step time per drafted-node cap; every
         tree is cut to the cap :func:`~.adaptive.choose_cap` picks for the batch."""
-        from ..calibration_table import calibration_array
+        from ..config.acceptance_table import calibration_array
 
         cfg = self.config
         n = cfg.draft_token_num

@@ -11,7 +11,7 @@ import numpy as np
 from .. import _validate as v
 from ..cache import BACKENDS
 from ..config import NgramConfig
-from ..streams import StreamSource, read_streams
+from ..streams.files import StreamSource, read_streams
 
 from .results import TOKEN_FIELDS, SimulationResult, StreamResult, _Tally
 from .stepwise import TRIE_SOURCE, ProgressFn, _check_corpora, _replay_stepwise

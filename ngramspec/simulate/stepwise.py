@@ -13,7 +13,7 @@ import numpy as np
 
 from .._jit import compile_free_clock
 from ..config import NgramConfig
-from ..verify import verify_greedy
+from ..drafts.verify import verify_greedy
 
 __all__ = ["admit", "time_step_api"]
 
@@ -262,7 +262,7 @@ def _attribute(counts: np.ndarray, parts: list | None, b: int, accepted: np.ndar
     """Add request ``b``'s accepted draft tokens of one step to ``counts`` by source: each
     token to the first part of the merge (``parts``: column, tokens, mask; None: no corpus
     drafted, the trie alone) whose tree holds its path; the trie's when none does (padding)."""
-    from ..corpora import tree_paths
+    from ..cache.corpora import tree_paths
 
     if parts is None:
         counts[0] += accepted.size

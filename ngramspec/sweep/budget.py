@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from .._validate import as_positive_int, check_config
 from ..config import NgramConfig
 from ..costs import CostModel, CostTable, ServingPrediction, predict_serving
-from ..streams import StreamSource, read_streams
+from ..streams.files import StreamSource, read_streams
 
 __all__ = ["BUDGETS", "SGLANG_SLOTS", "BudgetChoice", "best_budget"]
 

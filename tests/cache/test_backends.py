@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from ngramspec.backends import BACKEND_CLASSES, BACKENDS, Backend, PooledBackend, backend_class
+from ngramspec.cache.backends import BACKEND_CLASSES, BACKENDS, Backend, PooledBackend, backend_class
 
 
 def _members(protocol) -> set[str]:

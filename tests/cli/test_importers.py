@@ -14,7 +14,7 @@ import pytest
 
 import ngramspec as ns
 from ngramspec.cli import main
-from ngramspec.importers import import_streams
+from ngramspec.streams.importers import import_streams
 from ngramspec.streams import StreamError, embedded_streams_path
 
 # A ChatML-like template: system and tools kept, one block per message.
@@ -289,7 +289,7 @@ def test_import_progress_and_duplicates(tmp_path, capsys):
                        format="token-ids")
 
 
-@pytest.mark.parametrize("name", ["ngramspec.importers", "ngramspec.cli"])
+@pytest.mark.parametrize("name", ["ngramspec.streams.importers", "ngramspec.cli"])
 def test_docstring_examples(name):
     import doctest
     import importlib
@@ -301,7 +301,7 @@ def test_docstring_examples(name):
 @pytest.mark.hf
 def test_chunks_keep_order(tokenizer_dir, tmp_path, monkeypatch):
     """Chunks rendered while the previous one is encoded are written in input order."""
-    import ngramspec.importers as imp
+    import ngramspec.streams.importers as imp
     convs = [dict(c, id=f"{i}-{j}") for i in range(7) for j, c in enumerate(CONVERSATIONS)]
     convs.insert(5, {"messages": []})
     src = _jsonl(tmp_path / "c.jsonl", convs)
@@ -438,7 +438,7 @@ def test_custom_code_tokenizer_is_refused_without_the_flag(tokenizer_dir, tmp_pa
                                                             monkeypatch):
     import builtins
 
-    from ngramspec.importers import load_chat_tokenizer
+    from ngramspec.streams.importers import load_chat_tokenizer
 
     custom = custom_code_tokenizer(tokenizer_dir, tmp_path / "custom")
     src = _jsonl(tmp_path / "c.jsonl", CONVERSATIONS)
@@ -492,7 +492,7 @@ def test_no_third_party_banner_without_torch(tokenizer_dir, tmp_path):
     assert err == ""  # transformers says "PyTorch was not found ..." on import without torch
     assert out.splitlines()[0].startswith("5 streams from 3 records") and "PyTorch" not in out
     # The user's own transformers settings are as they were after the import.
-    code = ("import os, sys; from ngramspec.chat_template import load_chat_tokenizer; "
+    code = ("import os, sys; from ngramspec.streams.chat_template import load_chat_tokenizer; "
             f"load_chat_tokenizer({str(tokenizer_dir)!r}); "
             "assert 'TRANSFORMERS_NO_ADVISORY_WARNINGS' not in os.environ; "
             "from transformers.utils import logging; "

@@ -116,7 +116,7 @@ def test_other_errors(tmp_path):
     assert issubclass(StreamError, ValueError)
 
 
-@pytest.mark.parametrize("name", ["ngramspec.streams", "ngramspec.simulate.runs",
+@pytest.mark.parametrize("name", ["ngramspec.streams.files", "ngramspec.simulate.runs",
                                   "ngramspec.costs.model", "ngramspec.cli"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name),

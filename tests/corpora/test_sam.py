@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import ngramspec as ns
 from ngramspec.config import NgramConfig
-from ngramspec.corpora import SEPARATOR, CorpusOrder, corpus_stream, string_hash
+from ngramspec.cache.corpora import SEPARATOR, CorpusOrder, corpus_stream, string_hash
 from ngramspec.engine.sam import FlatAutomaton
 from ngramspec.reference.sam import SuffixAutomaton
 
@@ -308,7 +308,7 @@ def test_per_corpus_budget_zero_leaves_the_trie_alone(backend):
     assert cache.match([[1]]).tokens.tolist() == plain == [[1, 2, 3, 4, 0]]
 
 
-@pytest.mark.parametrize("name", ["ngramspec.corpora", "ngramspec.reference.sam",
+@pytest.mark.parametrize("name", ["ngramspec.cache.corpora", "ngramspec.reference.sam",
                                   "ngramspec.engine.sam"])
 def test_corpus_module_docstring_examples(name):
     import doctest

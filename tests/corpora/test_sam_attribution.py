@@ -19,7 +19,7 @@ from numpy.testing import assert_array_equal
 import ngramspec as ns
 from helpers import stream_records, write_jsonl
 from ngramspec.cli import main
-from ngramspec.corpora import read_corpus, tree_paths
+from ngramspec.cache.corpora import read_corpus, tree_paths
 from ngramspec.simulate import _replay_stepwise, admit
 from ngramspec.streams import embedded_streams_path
 

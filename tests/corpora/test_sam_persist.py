@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ngramspec as ns
-from ngramspec import persist
+from ngramspec.cache import persist
 from helpers import rewrite_cache_file
 
 BACKENDS = ("numba", "reference")
@@ -136,7 +136,7 @@ def test_bad_corpus_content_is_refused(tmp_path):
 
 
 def test_an_impossible_corpus_order_is_refused(tmp_path):
-    from ngramspec.corpora import string_hash
+    from ngramspec.cache.corpora import string_hash
 
     # Three ids, two sharing a bucket of 13: "a" and "d" share bucket 1 (spec example 5).
     ids = ["a", "d", "x"]

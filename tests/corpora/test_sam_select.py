@@ -132,7 +132,7 @@ def test_corpus_info_reports_tokens_and_the_same_bytes_on_both_backends(backend)
 @settings(max_examples=60, deadline=None)
 def test_bytes_lower_bound_and_backends(docs):
     """Both backends count the same bytes, never below the bound used to refuse early."""
-    from ngramspec.corpora import automaton_bytes, corpus_stream
+    from ngramspec.cache.corpora import automaton_bytes, corpus_stream
 
     sizes = []
     for backend in BACKENDS:

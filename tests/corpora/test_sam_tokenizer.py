@@ -14,7 +14,7 @@ from numpy.testing import assert_array_equal
 import ngramspec as ns
 from ngramspec.cli import main
 from ngramspec.cache import cache_from_sglang_args
-from ngramspec.corpora import read_corpus
+from ngramspec.cache.corpora import read_corpus
 from ngramspec.streams import embedded_streams_path
 
 pytestmark = pytest.mark.hf

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import ngramspec as ns
-from ngramspec.config_toml import render_ranking
+from ngramspec.config.toml import render_ranking
 from ngramspec.costs import CostModel, CostTable, predict_serving
 from ngramspec.integrations import sglang_launch
 from ngramspec.integrations.sglang_launch import ENV_CONFIG, launch

@@ -1,4 +1,4 @@
-"""Calibrated estimates and cost-optimal tree sizes (``ngramspec.calibration_table``).
+"""Calibrated estimates and cost-optimal tree sizes (``ngramspec.config.acceptance_table``).
 
 Engine and reference are equal, bit for bit, for ``calibrated_estimates`` and for
 ``min_expected_accept="auto"`` (the cap chosen over a batch, and the running rate across
@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from ngramspec.calibration_table import calibration_array
+from ngramspec.config.acceptance_table import calibration_array
 from ngramspec.costs import CostTable, step_costs
 from ngramspec.engine.replay import replay
-from ngramspec.reliability import reliability
+from ngramspec.measure.reliability import reliability
 from ngramspec.simulate import _replay_stepwise
 from ngramspec.streams import embedded_streams_path
 
@@ -313,7 +313,7 @@ def test_fitted_table_array_is_the_kernels_table():
     """``benchmarks.common.table_array`` (the tables cross-validation replays) lays a fit out
     as ``calibration_array`` does: the shipped coefficients give the shipped array."""
     from benchmarks import common as fit
-    from ngramspec.calibration_table import _fitted
+    from ngramspec.config.acceptance_table import _fitted
 
     assert_array_equal(fit.table_array(np.asarray(_fitted()["coefficients"])),
                        calibration_array(ns.NgramConfig.preset("calibrated")))
@@ -322,7 +322,7 @@ def test_fitted_table_array_is_the_kernels_table():
 def test_cross_validation_fits_halves_and_restores_the_table():
     """``benchmarks.common.cross_validate``: two folds per halving for every edge set, each a
     worst-bin error; the shipped table is in place afterwards."""
-    import ngramspec.calibration_table as acceptance
+    import ngramspec.config.acceptance_table as acceptance
     from benchmarks import common as fit
 
     rows = [{"id": f"t/{i}", "task": "t", "prompt_ids": [1, 2, 3, 1, 2],

@@ -91,7 +91,7 @@ def test_forward_timing_still_works(tmp_path, capsys, tiny_model_dir):
 
 
 def _failing_forward(monkeypatch, fails):
-    import ngramspec._torch_loop as tl
+    import ngramspec.measure.torch_loop as tl
 
     real = tl.forward
 
@@ -137,7 +137,7 @@ def test_a_failing_batch_row_and_nothing_measured(tmp_path, capsys, monkeypatch,
 
 
 def test_drift_warning_and_atomic_write(tmp_path, monkeypatch):
-    from ngramspec import calibrate
+    from ngramspec.measure import calibrate
 
     def fake(model, **kw):
         return calibrate.Measurements([(1, 1, 1.0, 1.0, 1.0), (1, 4, 2.0, 2.0, 2.0)],
@@ -175,6 +175,6 @@ def test_bad_model_dir_is_one_line(tmp_path, capsys):
 def test_docstring_examples():
     import doctest
 
-    import ngramspec.calibrate as module  # imports torch only when measuring
+    import ngramspec.measure.calibrate as module  # imports torch only when measuring
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0

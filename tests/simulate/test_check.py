@@ -85,7 +85,7 @@ def test_missing_json_folder_and_bad_preset(tmp_path, capsys):
 
 
 def test_an_unknown_engine_is_refused(tmp_path, capsys):
-    from ngramspec.check import check_against_model
+    from ngramspec.measure.check import check_against_model
     from ngramspec.costs import CostTable
 
     table = CostTable([(1, 1, 2.0), (1, 12, 3.0)])
@@ -206,7 +206,7 @@ def test_the_model_agrees_with_its_own_recording_when_batched(tmp_path, preset):
     left-padded ragged caches and tree masks, equals the recording on every accepted slot."""
     torch = pytest.importorskip("torch")
     from ngramspec import NgramConfig
-    from ngramspec.check import check_against_model
+    from ngramspec.measure.check import check_against_model
     from ngramspec.costs import CostTable
 
     model_dir = tmp_path / "m"
@@ -256,9 +256,9 @@ def test_the_loop_sends_what_the_engine_verifies(tmp_path, monkeypatch, preset, 
     custom loop sends ADAPTIVE's real slots and decodes plainly without drafts.  The step
     counts are the simulator's and the prediction is predict_serving(..., engine=engine)."""
     pytest.importorskip("torch")
-    import ngramspec._torch_loop as tl
+    import ngramspec.measure.torch_loop as tl
     from ngramspec import Drafter, NgramConfig, simulate
-    from ngramspec import check as chk
+    from ngramspec.measure import check as chk
     from ngramspec.costs import CostTable, bootstrap, predict_serving, schedule
     from ngramspec.simulate.results import SimulationResult
 

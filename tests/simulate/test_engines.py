@@ -171,7 +171,7 @@ def test_beyond_sglang_winner_gets_the_plugin_line_and_a_ranked_toml(stream_file
                       str(best), "--jobs", "1", "--no-progress"])
     assert code == 0, text
     assert f"ngramspec sglang-launch --config {best} -- --model-path MODEL" in text
-    from ngramspec.config_toml import read_ranking
+    from ngramspec.config.toml import read_ranking
     ranking = read_ranking(best)
     assert ranking["engine"] == "sglang" and ranking["concurrency"] == 4
     cfg = ns.NgramConfig.from_toml(best)

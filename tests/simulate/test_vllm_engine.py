@@ -10,7 +10,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import ngramspec as ns
-from ngramspec.config_vllm import launch_line, speculative_config
+from ngramspec.config.vllm import launch_line, speculative_config
 from ngramspec.costs import CostModel, CostTable, predict_serving, schedule
 from ngramspec.costs.serving import _starts
 from ngramspec.reference.lookup import verify_chain
@@ -215,14 +215,14 @@ def test_best_as_vllm_gives_k_per_batch_size_at_several_concurrencies(tmp_path):
         k = max(ups, key=ups.get)
         best[c] = k if ups[k] > 1 else 0
     assert len(set(best.values())) > 1  # these streams and costs: k changes with the load
-    from ngramspec.config_vllm import batch_schedule
+    from ngramspec.config.vllm import batch_schedule
 
     assert written["num_speculative_tokens_per_batch_size"] == batch_schedule(best)
     assert written["num_speculative_tokens"] == max(best.values())
 
 
 def test_check_refuses_vllms_pricing_before_loading_anything():
-    from ngramspec.check import check_against_model
+    from ngramspec.measure.check import check_against_model
 
     table = CostTable([(1, 1, 10.0), (1, 8, 14.0)])
     with pytest.raises(ValueError, match="engine 'vllm': check decodes in its own loop"):

@@ -37,15 +37,15 @@ from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from . import _validate as v
-from ._accept import NONE as _NONE, AcceptSteps
-from ._admit import PrepareSteps
-from ._jit import kernels
-from .cache import BACKENDS, NgramCache
-from .config import NgramConfig
-from .drafts import DraftBatch
-from .errors import UnknownRequestError
-from .verify import VerifyResult, verify_greedy
+from .. import _validate as v
+from .accept import NONE as _NONE, AcceptSteps
+from .admit import PrepareSteps
+from ..engine import kernels
+from ..cache import BACKENDS, NgramCache
+from ..config import NgramConfig
+from ..drafts import DraftBatch
+from ..errors import UnknownRequestError
+from ..drafts.verify import VerifyResult, verify_greedy
 
 __all__ = ["Drafter"]
 
@@ -129,7 +129,7 @@ class Drafter(PrepareSteps, AcceptSteps):
         if v.check_bool(reserve, "reserve"):
             self.cache.reserve()
         cfg = self.cache.config
-        from .costs import check_costs
+        from ..costs import check_costs
 
         self._costs = check_costs(cfg, costs)
         # Exact counting (once per occurrence, as tokens arrive) into which trie.
@@ -157,7 +157,7 @@ class Drafter(PrepareSteps, AcceptSteps):
         # drafter or verification made), so their typing is skipped after the first call
         self._accept_rows = None
         self._slot: dict[Hashable, int] = {}  # request id -> store row, in order of arrival
-        from .engine.request_store import RequestStore  # (no Numba until a kernel runs)
+        from ..engine.request_store import RequestStore  # (no Numba until a kernel runs)
 
         self._store = RequestStore()
         self._local: list[Any] = [None] * self._store.size.size
@@ -170,7 +170,7 @@ class Drafter(PrepareSteps, AcceptSteps):
         # the exact counts and ADAPTIVE drafts of profile sglang-0.5.23.
         self._mem = None
         if cfg.profile == "sglang-0.5.23" and self.cache._backend_name == "numba":
-            from .engine.remembered import Remembered
+            from ..engine.remembered import Remembered
 
             self._mem = Remembered(cfg, self._store.size.size, self._costs is not None)
             if cache is None:  # its own trie: the LRU order as stamps until it could evict

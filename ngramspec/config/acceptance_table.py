@@ -63,7 +63,7 @@ import numpy as np
 __all__ = ["calibration_array", "TABLE_FILE"]
 
 #: The fitted table (data, not code: ``benchmarks/studies/fit_acceptance.py --write``).
-TABLE_FILE = Path(__file__).parent / "data" / "acceptance_table.json"
+TABLE_FILE = Path(__file__).parents[1] / "data" / "acceptance_table.json"
 
 
 def _fitted() -> dict[str, Any]:

@@ -31,9 +31,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _torch_loop as tl
-from .costs import CostTable
-from .drafts import DraftBatch
+from . import torch_loop as tl
+from ..costs import CostTable
+from ..drafts import DraftBatch
 
 __all__ = ["calibrate", "measure", "tree_batch", "Measurements", "TIMINGS"]
 

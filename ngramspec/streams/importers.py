@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .chat_template import ImportRecordError, _end_ids, _Renderer, load_chat_tokenizer
-from .streams import StreamError, validate_record
+from .files import StreamError, validate_record
 
 __all__ = ["FORMATS", "ImportReport", "import_streams", "load_chat_tokenizer",
            "conversation_turns", "SHAREGPT_ROLES"]

@@ -7,9 +7,10 @@ from typing import Sequence
 
 import numpy as np
 
-from . import _validate as v
-from ._jit import entry_point, kernels
-from .drafts import DraftBatch
+from .. import _validate as v
+from .._jit import entry_point
+from ..engine import kernels
+from .batch import DraftBatch
 
 __all__ = ["VerifyResult", "verify_greedy", "verify_greedy_logits"]
 
@@ -223,7 +224,7 @@ def verify_sampling(drafts: DraftBatch, target_probs, *, rng: np.random.Generato
     tokens = drafts.tokens
     next_token = drafts.retrieve_next_token
     next_sibling = drafts.retrieve_next_sibling
-    from .reference.verify import no_acceptance  # the readable rule's start, shared
+    from ..reference.verify import no_acceptance  # the readable rule's start, shared
 
     b, n = tokens.shape
     accept_index, accept_lens = no_acceptance(b, n)

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .streams import StreamError
+from .files import StreamError
 
 __all__ = ["load_chat_tokenizer", "import_transformers", "ImportRecordError"]
 

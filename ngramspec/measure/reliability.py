@@ -14,13 +14,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _validate as v
-from .cache import BACKENDS
-from .config import NgramConfig
-from .drafter import Drafter
-from .simulate import _recorded_argmax, admit
-from .streams import read_streams
-from .verify import verify_greedy
+from .. import _validate as v
+from ..cache import BACKENDS
+from ..config import NgramConfig
+from ..drafter import Drafter
+from ..simulate import _recorded_argmax, admit
+from ..streams import read_streams
+from ..drafts.verify import verify_greedy
 
 __all__ = ["Reliability", "reliability", "DEFAULT_BINS"]
 

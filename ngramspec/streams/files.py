@@ -52,6 +52,9 @@ class StreamError(ValueError):
     """A recorded stream that cannot be used; the message names where and what."""
 
 
+StreamError.__module__ = "ngramspec.streams"  # its public home, as tracebacks name it
+
+
 def embedded_streams_path() -> Path:
     """Path of the recorded streams shipped inside the package (133 requests of
     Qwen2.5-Coder-0.5B-Instruct, greedy; the default corpus of ``ngramspec simulate``).

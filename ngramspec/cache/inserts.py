@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BackgroundInsertError
+from ..errors import BackgroundInsertError
 
 __all__ = ["BackgroundInserts"]
 

@@ -71,9 +71,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._canonical import CanonicalContent
-from .config import NgramConfig
-from .errors import CacheFileError
+from .._canonical import CanonicalContent
+from ..config import NgramConfig
+from ..errors import CacheFileError
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "READ_VERSIONS", "CacheFileError", "SavedCache", "write",
            "read", "in_id_order"]

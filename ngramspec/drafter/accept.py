@@ -16,10 +16,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import _validate as v
-from ._jit import entry_point, kernels
-from .errors import UnknownRequestError
-from .verify import VerifyResult
+from .. import _validate as v
+from .._jit import entry_point
+from ..engine import kernels
+from ..errors import UnknownRequestError
+from ..drafts.verify import VerifyResult
 
 __all__ = ["AcceptSteps"]
 

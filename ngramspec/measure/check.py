@@ -54,16 +54,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _torch_loop as tl
-from .config import NgramConfig
-from .costs import CostTable, Engine, ServingPrediction, engine_of, predict_serving, schedule
-from .costs.uncertainty import bootstrap, with_interval
-from .drafter import Drafter
-from .drafts import DraftBatch
-from .simulate import _recorded_argmax, admit, simulate
-from .streams import read_streams
-from .integrations.timing import time_drafting
-from .verify import verify_greedy
+from . import torch_loop as tl
+from ..config import NgramConfig
+from ..costs import CostTable, Engine, ServingPrediction, engine_of, predict_serving, schedule
+from ..costs.uncertainty import bootstrap, with_interval
+from ..drafter import Drafter
+from ..drafts import DraftBatch
+from ..simulate import _recorded_argmax, admit, simulate
+from ..streams import read_streams
+from ..integrations.timing import time_drafting
+from ..drafts.verify import verify_greedy
 
 __all__ = ["check_against_model", "CheckReport", "CheckRow", "TOLERANCE"]
 

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any, Hashable, Mapping
 
 import numpy as np
 
-from . import _validate as v
+from .. import _validate as v
 from . import persist
-from ._inserts import BackgroundInserts
+from .inserts import BackgroundInserts
 from .backends import BACKENDS, backend_class
-from .config import NgramConfig
+from ..config import NgramConfig
 from .corpora import Corpora, read_corpus
-from .drafts import DraftBatch
-from .errors import CacheFileError
+from ..drafts import DraftBatch
+from ..errors import CacheFileError
 
 if TYPE_CHECKING:
-    from ._canonical import CanonicalContent
+    from .._canonical import CanonicalContent
 
 __all__ = ["NgramCache", "BACKENDS", "cache_from_sglang_args"]
 
@@ -381,7 +381,7 @@ class NgramCache(BackgroundInserts):
         return out
 
     def _step_costs(self, costs: Any, batch_size: Any, n: int) -> np.ndarray | None:
-        from .costs import check_costs, step_costs
+        from ..costs import check_costs, step_costs
 
         costs = check_costs(self._config, costs)
         if costs is None:
@@ -585,7 +585,7 @@ class NgramCache(BackgroundInserts):
         >>> NgramCache.load(path).match([[1, 2]]).tokens
         array([[2, 3, 4, 0]], dtype=int32)
         """
-        from ._version import __version__
+        from .._version import __version__
 
         self.synchronize()
         with self._lock:

@@ -21,9 +21,9 @@ from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
-from . import _validate as v
-from .config import NgramConfig
-from .stdorder import CorpusOrder, string_hash
+from .. import _validate as v
+from ..config import NgramConfig
+from ..stdorder import CorpusOrder, string_hash
 
 __all__ = ["SEPARATOR", "string_hash", "CorpusOrder", "Corpora", "corpus_stream", "read_corpus",
            "tree_paths", "automaton_bytes"]
@@ -241,9 +241,9 @@ class Corpora:
 
     def _build(self, stream: np.ndarray):
         if self.backend == "numba":
-            from .engine.sam import FlatAutomaton
+            from ..engine.sam import FlatAutomaton
             return FlatAutomaton.build(stream, prob=self.config.mode.ranked)
-        from .reference.sam import SuffixAutomaton
+        from ..reference.sam import SuffixAutomaton
         return SuffixAutomaton.build(stream.tolist())
 
     def _bytes(self, automaton: Any) -> int:
@@ -406,9 +406,9 @@ class Corpora:
                                           budget=cfg.budget - per * k)
         last = np.fromiter((int(c[-1]) for c in contexts), np.int32, len(contexts))
         if self.backend == "numba":
-            from .engine import sam as impl
+            from ..engine import sam as impl
         else:
-            from .reference import sam as impl  # type: ignore[no-redef]
+            from ..reference import sam as impl  # type: ignore[no-redef]
         parts = [("", (tokens, mask))]
         for cid in ids:
             own = _draft_batch(self.automata[cid], contexts, per, cfg)
@@ -457,7 +457,7 @@ class Corpora:
 
     def _prepare_kernel(self, per: int, trie_budget: int) -> None:
         """The fused kernel's inputs for the loaded corpora (rebuilt after every change)."""
-        from .engine.sam import automata_pool, corpus_scratch, corpus_walks
+        from ..engine.sam import automata_pool, corpus_scratch, corpus_walks
 
         cfg = self.config
         automata = [self.automata[c] for c in self.order]

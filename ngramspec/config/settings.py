@@ -8,68 +8,15 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from . import config_sglang, config_toml, config_vllm
-from .config_presets import _PRESET_OPTIONS, PRESETS
+from . import sglang as config_sglang
+from . import toml as config_toml
+from . import vllm as config_vllm
+from .modes import (ADAPTIVE_MAX_DRAFT, ADAPTIVE_ONLY, AUTO, BEYOND_SGLANG, INT32_MAX,
+                    MATCH_MODES, MATCH_TYPES, PROFILE_FIELDS, PROFILES, SGLANG_ONLY, VLLM_PROFILE,
+                    MatchMode)
+from .presets import _PRESET_OPTIONS, PRESETS
 
 __all__ = ["NgramConfig", "MATCH_TYPES", "MATCH_MODES", "MatchMode", "PROFILES", "PRESETS"]
-
-
-
-@dataclass(frozen=True)
-class MatchMode:
-    """What the package needs to know of one ``match_type``, read from this table rather than
-    tested by name: the first place to change when adding a mode (see docs/architecture.md)."""
-
-    name: str
-    #: SGLang has it: exact by default, and :meth:`NgramConfig.to_sglang_args` passes it on.
-    sglang: bool
-    #: Children ranked by frequency (PROB): count-ordered trees and corpus automata.
-    ranked: bool
-    #: Sends ``draft_token_num`` slots every step, padding included (SGLang's); otherwise its
-    #: real drafts + the root, and a step where no request has a draft is a plain decode.
-    padded: bool
-    #: The backend call that drafts it: ``"match"`` (a tree per request from the shared trie,
-    #: SGLang's) or ``"match_adaptive"`` (trees scored across the request's sources).
-    backend_call: str
-
-
-#: Every match mode, by ``match_type``.
-MATCH_MODES: dict[str, MatchMode] = {m.name: m for m in (
-    MatchMode("BFS", sglang=True, ranked=False, padded=True, backend_call="match"),
-    MatchMode("PROB", sglang=True, ranked=True, padded=True, backend_call="match"),
-    MatchMode("ADAPTIVE", sglang=False, ranked=False, padded=False,
-              backend_call="match_adaptive"),
-)}
-MATCH_TYPES = tuple(MATCH_MODES)
-#: Options beyond SGLang (all off by default): what ``Drafter`` and the ADAPTIVE builder add.
-BEYOND_SGLANG = ("index_prompt", "exact_counts", "local_index", "min_token_prob",
-                 "max_spec_factor", "min_expected_accept", "shared_pseudo_count",
-                 "calibrated_estimates", "chain")
-_ADAPTIVE_ONLY = ("min_token_prob", "max_spec_factor", "min_expected_accept",
-                  "shared_pseudo_count")
-#: ``min_expected_accept`` may also be this: the tree size chosen from step costs.
-AUTO = "auto"
-_ADAPTIVE_MAX_DRAFT = 256
-#: Releases whose drafter can be reproduced; the first is the default.  ``vllm-0.33`` is
-#: vLLM's n-gram (prompt lookup) proposer: no trie, a chain from the request's own tokens.
-PROFILES = ("sglang-0.5.23", "sglang-0.5.9", "vllm-0.33")
-#: The profile of vLLM's n-gram proposer.
-VLLM_PROFILE = "vllm-0.33"
-
-_INT32_MAX = 2**31 - 1
-
-# Fields that exist in one profile only, and their defaults there (SGLang's server defaults).
-# draft_token_num is shared but resolved per profile (see NgramConfig).
-_PROFILE_FIELDS: dict[str, dict[str, int]] = {
-    "sglang-0.5.23": {"max_trie_depth": 18},
-    "sglang-0.5.9": {"branch_length": 18, "min_match_window_size": 1,
-                     "max_match_window_size": 12},
-    # Resolved as vLLM resolves them (config_vllm.resolve).
-    VLLM_PROFILE: {"prompt_lookup_min": 5, "prompt_lookup_max": 5, "num_speculative_tokens": 5},
-}
-# SGLang-only settings a vllm-0.33 configuration must leave at their defaults.
-_SGLANG_ONLY = ("min_bfs_breadth", "max_bfs_breadth", "match_type")
-
 
 
 def _np_bool_types() -> tuple[type, ...]:
@@ -265,10 +212,10 @@ class NgramConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.profile, str) or self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
-        own = _PROFILE_FIELDS[self.profile]
+        own = PROFILE_FIELDS[self.profile]
         if self.profile == VLLM_PROFILE:
-            config_vllm.resolve(self, _check_int, _SGLANG_ONLY)
-        for other, fields in _PROFILE_FIELDS.items():
+            config_vllm.resolve(self, _check_int, SGLANG_ONLY)
+        for other, fields in PROFILE_FIELDS.items():
             for name in fields:
                 if name not in own and getattr(self, name) is not None:
                     raise ValueError(
@@ -320,8 +267,8 @@ class NgramConfig:
                 f"capacity must be greater than {depth_name} ({self.trie_depth}), got "
                 f"{self.capacity}: one insert may need {depth_name} new nodes plus the root")
         for name in (depth_name, "max_bfs_breadth", "draft_token_num", "capacity"):
-            if getattr(self, name) > _INT32_MAX:
-                raise ValueError(f"{name} must fit in int32 (<= {_INT32_MAX}), "
+            if getattr(self, name) > INT32_MAX:
+                raise ValueError(f"{name} must fit in int32 (<= {INT32_MAX}), "
                                  f"got {getattr(self, name)}")
         config_sglang.check_corpora(self, _check_int)
 
@@ -331,7 +278,7 @@ class NgramConfig:
             if not isinstance(getattr(self, name), (bool, _np_bool_types())):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
             object.__setattr__(self, name, bool(getattr(self, name)))
-        for name in _ADAPTIVE_ONLY:
+        for name in ADAPTIVE_ONLY:
             value = getattr(self, name)
             if name == "min_expected_accept" and isinstance(value, str):
                 if value != AUTO:
@@ -358,19 +305,19 @@ class NgramConfig:
                              f"'sglang-0.5.23' only, not {self.profile!r}")
         if (w := self.shared_prompt_window) is not None:
             object.__setattr__(self, "shared_prompt_window", _check_int("shared_prompt_window", w))
-            if not 0 <= w <= _INT32_MAX:
-                raise ValueError(f"shared_prompt_window must be in [0, {_INT32_MAX}] (prompt "
+            if not 0 <= w <= INT32_MAX:
+                raise ValueError(f"shared_prompt_window must be in [0, {INT32_MAX}] (prompt "
                                  f"tokens) or None (the whole prompt), got {w}")
         if self.local_index and self.match_type != "ADAPTIVE":
             raise ValueError("local_index=True drafts through match_type='ADAPTIVE' (SGLang's "
                              f"BFS/PROB have one trie), got match_type={self.match_type!r}")
         if self.match_type != "ADAPTIVE":
-            set_ = [n for n in _ADAPTIVE_ONLY + ("calibrated_estimates",) if getattr(self, n)]
+            set_ = [n for n in ADAPTIVE_ONLY + ("calibrated_estimates",) if getattr(self, n)]
             if set_:
                 raise ValueError(f"{', '.join(set_)} only apply to match_type='ADAPTIVE' "
                                  f"(got match_type={self.match_type!r})")
-        elif self.draft_token_num is not None and self.draft_token_num > _ADAPTIVE_MAX_DRAFT:
-            raise ValueError(f"draft_token_num must be <= {_ADAPTIVE_MAX_DRAFT} with "
+        elif self.draft_token_num is not None and self.draft_token_num > ADAPTIVE_MAX_DRAFT:
+            raise ValueError(f"draft_token_num must be <= {ADAPTIVE_MAX_DRAFT} with "
                              f"match_type='ADAPTIVE', got {self.draft_token_num}")
 
     @property
