@@ -189,6 +189,20 @@ def _stamp_sources() -> None:
     caching.CacheImpl._locator_classes[:0] = [
         type(f"Ngramspec{base.__name__}", (Stamped, base), {}) for base in bases]
 
+    load = caching.IndexDataCacheFile._load_index
+
+    def load_index(self: Any) -> Any:
+        if not stamp or self._source_stamp is not stamp[0]:
+            return load(self)  # not one of ngramspec's kernels: Numba's own rule
+        try:
+            return load(self)
+        except Exception:  # noqa: BLE001
+            # An index written before a module moved (its types pickled by their old module
+            # path) fails to unpickle before its stamp is read: a miss, rewritten on save.
+            return {}
+
+    caching.IndexDataCacheFile._load_index = load_index
+
 
 def entry_point(kernel, *args):
     """The compiled entry point of ``kernel`` for the Numba types of ``args`` (compiled now if

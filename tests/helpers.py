@@ -269,9 +269,9 @@ LOOKUP_SETTINGS = [(5, 5, 5), (1, 1, 1), (1, 3, 4), (2, 5, 8), (3, 3, 2), (1, 8,
 
 
 def compiled_lookup(context, *, min_n: int, max_n: int, k: int) -> np.ndarray:
-    """``ngramspec.engine.lookup``'s draft for ``context`` (int32), in ``prompt_lookup``'s
+    """``ngramspec.engine.vllm.lookup``'s draft for ``context`` (int32), in ``prompt_lookup``'s
     form."""
-    from ngramspec.engine.lookup import lookup_draft
+    from ngramspec.engine.vllm.lookup import lookup_draft
 
     out = np.zeros(k, np.int32)
     return out[:lookup_draft(np.asarray(context, dtype=np.int32), min_n, max_n, k, out)]

@@ -21,6 +21,7 @@ PACKAGE = ROOT / "ngramspec"
 DOC = ROOT / "docs" / "architecture.md"
 MAX_LINES = 700
 MAX_TOP_LEVEL = 8  # modules beside the packages (``__init__`` not counted)
+MAX_PACKAGE = 12  # modules in one package directory (its ``__init__`` and subpackages not counted)
 
 
 def _modules() -> dict[str, Path]:
@@ -124,6 +125,13 @@ def test_the_lowest_layer_holds_leaves_only():
 def test_the_top_level_is_the_front_and_a_few_leaves():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
     assert len(top) <= MAX_TOP_LEVEL, top
+
+
+@pytest.mark.parametrize("package", sorted({p.parent for p in PACKAGE.rglob("__init__.py")}
+                                            - {PACKAGE}), ids=lambda p: p.name)
+def test_no_package_outgrows_a_dozen_modules(package):
+    modules = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
+    assert len(modules) <= MAX_PACKAGE, f"{package.name}: {modules} (group them by topic)"
 
 
 def test_no_import_goes_up_a_layer_but_the_listed_exceptions():

@@ -81,3 +81,38 @@ def test_the_disk_cache_is_keyed_on_every_kernel_source(tmp_path: Path) -> None:
     locator = heap.heap_push._cache._impl.locator
     assert type(locator).__name__.startswith("Ngramspec")
     assert locator.get_source_stamp() == _jit._sources_stamp()
+
+
+def test_an_index_pickled_against_a_module_that_moved_is_a_cache_miss(tmp_path: Path) -> None:
+    """A cache written before a module moved (an upgrade) names types by their old module
+    path; Numba unpickles the index before it compares stamps and would raise.  For
+    ngramspec's kernels it is a miss (recompiled and rewritten); other code keeps Numba's
+    behaviour."""
+    import pickle
+    import sys
+    import types
+
+    from numba.core import caching
+
+    from ngramspec import _jit
+    from ngramspec.engine import heap
+
+    ours = heap.heap_push._cache._cache_file._source_stamp  # the stamp ngramspec's kernels use
+    assert ours == _jit._sources_stamp()
+    gone = types.ModuleType("ngramspec_moved_away")
+    exec("class Key:\n    pass\n", gone.__dict__)
+    gone.Key.__module__ = gone.__name__
+    sys.modules[gone.__name__] = gone
+    files = {}
+    for name, stamp in (("ours", ours), ("theirs", (1.0, 2))):
+        files[name] = caching.IndexDataCacheFile(cache_path=str(tmp_path), filename_base=name,
+                                                 source_stamp=stamp)
+        files[name]._save_index({(gone.Key(),): "data"})
+        assert len(files[name]._load_index()) == 1  # readable while the module exists
+    del sys.modules[gone.__name__]
+    try:
+        assert files["ours"]._load_index() == {}
+        with pytest.raises(ModuleNotFoundError, match="ngramspec_moved_away"):
+            files["theirs"]._load_index()
+    finally:
+        sys.modules.pop(gone.__name__, None)

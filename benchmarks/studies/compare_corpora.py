@@ -34,7 +34,7 @@ import numpy as np
 
 import ngramspec as ns
 from ngramspec.cache.corpora import corpus_stream
-from ngramspec.engine.sam import FlatAutomaton
+from ngramspec.engine.corpora.sam import FlatAutomaton
 
 from benchmarks.common import DEFAULTS, documents, load_rows, run_python, trace
 from benchmarks.peers import sglang_sam
@@ -85,7 +85,7 @@ def reset_peak():  # Linux: writing 5 to clear_refs resets the peak resident siz
         f.write("5")
 stream = np.load(sys.argv[2])
 if sys.argv[1] == "ngramspec":
-    from ngramspec.engine.sam import FlatAutomaton
+    from ngramspec.engine.corpora.sam import FlatAutomaton
     FlatAutomaton.build(stream[:1000], prob=False)
     reset_peak()
     before = rss()

@@ -3,7 +3,7 @@ budget split and the merge of their draft trees into the trie's.
 
 A corpus is a list of token documents joined by the separator ``INT32_MIN`` into one stream,
 from which a suffix automaton is built once (:mod:`ngramspec.reference.sam` is the readable
-model, :mod:`ngramspec.engine.sam` the Numba one).  With ``external_sam_budget > 0`` every match
+model, :mod:`ngramspec.engine.corpora.sam` the Numba one).  With ``external_sam_budget > 0`` every match
 splits the draft budget between the trie and the loaded corpora, asks each corpus for its own
 small tree and merges them in SGLang's corpus order, which is the iteration order of a
 libstdc++ ``std::unordered_map<std::string, ...>`` (:class:`~ngramspec.stdorder.CorpusOrder`).
@@ -241,7 +241,7 @@ class Corpora:
 
     def _build(self, stream: np.ndarray):
         if self.backend == "numba":
-            from ..engine.sam import FlatAutomaton
+            from ..engine.corpora.sam import FlatAutomaton
             return FlatAutomaton.build(stream, prob=self.config.mode.ranked)
         from ..reference.sam import SuffixAutomaton
         return SuffixAutomaton.build(stream.tolist())
@@ -406,7 +406,7 @@ class Corpora:
                                           budget=cfg.budget - per * k)
         last = np.fromiter((int(c[-1]) for c in contexts), np.int32, len(contexts))
         if self.backend == "numba":
-            from ..engine import sam as impl
+            from ..engine.corpora import sam as impl
         else:
             from ..reference import sam as impl  # type: ignore[no-redef]
         parts = [("", (tokens, mask))]
@@ -457,7 +457,7 @@ class Corpora:
 
     def _prepare_kernel(self, per: int, trie_budget: int) -> None:
         """The fused kernel's inputs for the loaded corpora (rebuilt after every change)."""
-        from ..engine.sam import automata_pool, corpus_scratch, corpus_walks
+        from ..engine.corpora.sam import automata_pool, corpus_scratch, corpus_walks
 
         cfg = self.config
         automata = [self.automata[c] for c in self.order]

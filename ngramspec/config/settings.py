@@ -92,7 +92,7 @@ class NgramConfig:
         output (exact counts of every n-gram up to ``max_trie_depth`` tokens) beside the
         shared trie, which then receives a request's sequence when it finishes; ADAPTIVE
         drafts from the request's own index first.  Its model is a trie that never evicts;
-        the compiled backend holds it as a suffix automaton (``engine/own_index.py``): built
+        the compiled backend holds it as a suffix automaton (``engine/serving/own_index.py``): built
         at admission in well under a microsecond per prompt token, about 100 bytes per
         token, and a step's append costs O(tokens appended) whatever the context's length.
         It holds at most :attr:`own_window` tokens (5,000,000 at the default capacity); a

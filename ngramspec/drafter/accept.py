@@ -73,7 +73,7 @@ class AcceptSteps:
             b = slots.size
             flat = np.empty(b * cfg.insert_length, np.int32)
             offsets = np.empty(b + 1, np.int64)
-            kernels("steps").gather_tails(store.buf, store.size, slots, cfg.insert_length, flat,
+            kernels("serving.steps").gather_tails(store.buf, store.size, slots, cfg.insert_length, flat,
                                   offsets, np.empty(b, np.int64))
             self.cache._insert_packed(flat, offsets, wait=True)
         self._clear_pending()
@@ -129,14 +129,14 @@ class AcceptSteps:
         args = (tokens, mask, matrix, lens, store.buf, store.size, store.steps, store.nsteps,
                 self._pend_slots, self._where, self._info)
         if self._accept_rows is None:
-            self._accept_rows = entry_point(kernels("steps").accept_rows, *args)
+            self._accept_rows = entry_point(kernels("serving.steps").accept_rows, *args)
         self._accept_rows(*args)
 
     def _check_and_append(self, matrix: np.ndarray, lens: np.ndarray, count: bool) -> None:
         """Check every row of emitted tokens against its proposed tree, then append them (one
         compiled call; nothing is written if a row is refused); ``count``: the exact counts
         of the remembered state in the same call."""
-        steps, info = kernels("steps"), self._info
+        steps, info = kernels("serving.steps"), self._info
         while True:
             self._accept_call(matrix, lens, count)
             code, bad = info[:2].tolist()

@@ -157,7 +157,7 @@ class Drafter(PrepareSteps, AcceptSteps):
         # drafter or verification made), so their typing is skipped after the first call
         self._accept_rows = None
         self._slot: dict[Hashable, int] = {}  # request id -> store row, in order of arrival
-        from ..engine.request_store import RequestStore  # (no Numba until a kernel runs)
+        from ..engine.serving.request_store import RequestStore  # (no Numba until a kernel runs)
 
         self._store = RequestStore()
         self._local: list[Any] = [None] * self._store.size.size
@@ -170,7 +170,7 @@ class Drafter(PrepareSteps, AcceptSteps):
         # the exact counts and ADAPTIVE drafts of profile sglang-0.5.23.
         self._mem = None
         if cfg.profile == "sglang-0.5.23" and self.cache._backend_name == "numba":
-            from ..engine.remembered import Remembered
+            from ..engine.serving.remembered import Remembered
 
             self._mem = Remembered(cfg, self._store.size.size, self._costs is not None)
             if cache is None:  # its own trie: the LRU order as stamps until it could evict
@@ -407,7 +407,7 @@ class Drafter(PrepareSteps, AcceptSteps):
             flat = np.empty(b * length, np.int32)
             offsets = np.empty(b + 1, np.int64)
             lens = np.empty(b, np.int64)
-            kernels("steps").gather_tails(store.buf, store.size, slot_arr, length, flat,
+            kernels("serving.steps").gather_tails(store.buf, store.size, slot_arr, length, flat,
                                           offsets, lens)
         if remembered:
             drafts = self._propose_adaptive(slot_arr, batch_size)
@@ -429,7 +429,7 @@ class Drafter(PrepareSteps, AcceptSteps):
 
     def _propose_adaptive(self, slots: np.ndarray, batch_size: int | None) -> DraftBatch:
         """ADAPTIVE trees of these store rows in one compiled call, from the remembered
-        state (:mod:`ngramspec.engine.remembered`)."""
+        state (:mod:`ngramspec.engine.serving.remembered`)."""
         cache = self.cache
         costs = None
         if self._costs is not None:
@@ -483,7 +483,7 @@ class Drafter(PrepareSteps, AcceptSteps):
     def _match_insert(self, flat: np.ndarray, offsets: np.ndarray | None, keys: list,
                       lens: Any, slots: np.ndarray) -> DraftBatch:
         """``early_insert`` up to ``_FUSED_MAX`` requests: the match and the inserts of its
-        windows in one compiled call (:mod:`ngramspec.engine.remembered`'s
+        windows in one compiled call (:mod:`ngramspec.engine.serving.remembered`'s
         ``match_insert_one``, or ``match_insert_batch``); ``offsets`` None: one request,
         ``lens`` its total length."""
         cache, mem = self.cache, self._mem

@@ -369,7 +369,7 @@ class DraftBatch:
         >>> d.tokens.tolist(), c.tokens.tolist(), c.num_drafts.tolist(), c.parents.tolist()
         ([[2, 4, 3, 7, 8]], [[2, 3, 7, 0, 0]], [2], [[-1, 0, 1, 0, 0]])
         """
-        from ..engine.chains import cut_to_chains  # compiled on first use
+        from ..engine.vllm.chains import cut_to_chains  # compiled on first use
 
         tokens, mask, num = self._tokens, self._mask, self._num_drafts
         b, n = tokens.shape

@@ -109,7 +109,7 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
             mask.flags.c_contiguous:  # the usual types: the entry point, no typing per call
         walk = _WALK[0] if _WALK else _walk(tokens, mask, pred, accept_index, accept_lens, out)
     else:  # (views of a DraftBatch's arrays, say: typed per call)
-        walk = kernels("steps").greedy_walk
+        walk = kernels("serving.steps").greedy_walk
     bad = walk(tokens, mask, pred, accept_index, accept_lens, out)
     if bad >= 0:  # (the range is checked in the walk: one pass less)
         raise v.int32_range_error("target_predict", pred.min(), pred.max())
@@ -161,7 +161,7 @@ def _walk(*args):
     """The compiled walk for ``verify_greedy``'s usual argument types (C-ordered int32 tokens
     and bool masks, checked before each call; the predictions made C-ordered int64, the
     outputs fresh): its typing skipped on every later call."""
-    _WALK.append(entry_point(kernels("steps").greedy_walk, *args))
+    _WALK.append(entry_point(kernels("serving.steps").greedy_walk, *args))
     return _WALK[0]
 
 

@@ -5,17 +5,17 @@ State travels between kernels as named-tuple bundles: :data:`~.trie.Trie` (owned
 :data:`~.tree.Scratch` (:func:`~.tree.new_scratch`) and :data:`~.adaptive.AdaptiveScratch`.
 Kernels called from Python take them as plain tuples (cheaper to dispatch) and rebuild the
 named view on entry (``Trie(*trie)``).  The serving-loop replay's one entry point is
-:func:`~.replay.replay`.
+:func:`~.serving.replay.replay`.
 
 One of each algorithm: the trie's insert and child table (:mod:`.trie`), the libstdc++
 ``unordered_map`` order of tree children (:mod:`.tree`), the libstdc++ heap (:mod:`.heap`).
 Modules by topic: :mod:`.trie`, :mod:`.match` (anchors), :mod:`.tree` (BFS/PROB trees and
 the layout), :mod:`.adaptive`, :mod:`.batch` (the backend's match kernels) and
-:mod:`.backend`, :mod:`.automaton`, :mod:`.corpus_tree` and :mod:`.sam` (external corpora),
-:mod:`.replay_kernel` and its driver :mod:`.replay`, :mod:`.steps`, :mod:`.remembered` and
-:mod:`.request_store` (the step API's kernels, per-request memory and request store),
-:mod:`.export`, :mod:`.integrity`; for vLLM, :mod:`.lookup` (its n-gram proposer and its replay),
-:mod:`.chains` (trees cut to chains) and :mod:`.rows` (its input batch's rows recognised).
+:mod:`.backend`, :mod:`.export`, :mod:`.integrity`; three subpackages:
+:mod:`.corpora` (external corpora: the suffix automaton, its build, its trees),
+:mod:`.serving` (the compiled replay of the serving loop, the step API's kernels, per-request
+memory and request store) and :mod:`.vllm` (vLLM's n-gram proposer and its replay, trees cut
+to chains, its input batch's rows recognised).
 """
 
 from typing import Any

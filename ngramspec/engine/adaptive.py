@@ -22,7 +22,7 @@ import numpy as np
 
 from .._jit import jit
 from .heap import heap_pop, heap_push
-from .own_index import (E_NEXT, E_TO, E_TOK, O_TAIL, O_TAIL_LEN, S_CNT, S_HEAD, S_LAST,
+from .serving.own_index import (E_NEXT, E_TO, E_TOK, O_TAIL, O_TAIL_LEN, S_CNT, S_HEAD, S_LAST,
                         own_state_of)
 from .tree import TREE_ROWS, _map_insert, _tree_reset, fill_result
 from .trie import _SCAN, Trie, child_of

@@ -17,7 +17,7 @@ from .batch import (POOL_ROWS, _set_pool, make_corpus_engine, make_engine, match
                     match_batch_corpora, match_batch_windows, match_one, match_pooled,
                     match_pooled_corpora)
 from .match import States, new_states
-from .sam import grow_walks
+from .corpora.sam import grow_walks
 from .tree import BUCKET_COUNTS, scratch_sizes
 from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_FREETOP, M_SIZE, M_UNUSED, TrieArrays,
                    build_lru, insert_kernel)
@@ -402,9 +402,9 @@ class EngineBackend:
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`match` with external corpora in the same kernel call
         (:func:`match_batch_corpora`): the trie part with ``budget`` nodes, then the corpora
-        (``pool``, ``cp``, ``cs``: see :func:`~ngramspec.engine.sam.corpus_row`) merged
+        (``pool``, ``cp``, ``cs``: see :func:`~ngramspec.engine.corpora.sam.corpus_row`) merged
         in.  ``walks``: a one-item list holding the corpus walk rows
-        (:func:`~ngramspec.engine.sam.corpus_walks`), grown here with the match states.
+        (:func:`~ngramspec.engine.corpora.sam.corpus_walks`), grown here with the match states.
         ``sel``: per request, the corpora it draws from (see the kernel; None: all).
         Profile ``sglang-0.5.23`` only."""
         n = cp[1]

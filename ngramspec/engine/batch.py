@@ -12,7 +12,7 @@ from numba.experimental import structref as _structref
 
 from .._jit import jit, jit_inline
 from .match import States, match_anchors, window_anchors
-from .sam import corpus_row, corpus_scratch_in
+from .corpora.sam import corpus_row, corpus_scratch_in
 from .tree import build_bfs_scheduled, build_prob, fill_result, scratch_in
 from .trie import unpack
 
@@ -73,8 +73,8 @@ class CorpusEngine(_structref.StructRefProxy):
     """The loaded corpora as a stateful match with corpora reads them, one Numba structure
     beside :class:`Engine` (measured: the same arrays as loose arguments and tuples cost 2.5 us
     of unboxing per call).  Fields: ``pool``, ``cp``, ``cs`` and ``walks`` as
-    :func:`~ngramspec.engine.sam.corpus_row` takes them (``cs`` the raw buffers of
-    :func:`~ngramspec.engine.sam.corpus_scratch`), and ``budget``, the trie's part of each tree.
+    :func:`~ngramspec.engine.corpora.sam.corpus_row` takes them (``cs`` the raw buffers of
+    :func:`~ngramspec.engine.corpora.sam.corpus_scratch`), and ``budget``, the trie's part of each tree.
     Built by :func:`make_corpus_engine`; a plain namespace where the JIT is off."""
 
 
@@ -183,7 +183,7 @@ def match_batch_corpora(flat, offsets, state_rows, total_lens, stateless, params
     """:func:`match_batch` with external corpora (spec §3.6.7), one call per batch: per
     request the trie's tree with the reduced budget ``params[3]``, drafted into ``cs``'s trie
     row, then every corpus's tree merged in
-    (:func:`~ngramspec.engine.sam.corpus_row`; ``pool``, ``cp``, ``cs``, ``walks`` as it
+    (:func:`~ngramspec.engine.corpora.sam.corpus_row`; ``pool``, ``cp``, ``cs``, ``walks`` as it
     takes them; stateless matching uses no walk row).
 
     ``sel`` (int32, requests x corpora; no columns: every request draws from every corpus):

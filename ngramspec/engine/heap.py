@@ -1,7 +1,7 @@
 """The engine's one priority queue: libstdc++'s binary max-heap (``push_heap``/``pop_heap``).
 
 PROB trees (the trie's, :mod:`ngramspec.engine.tree`, and the corpora's,
-:mod:`ngramspec.engine.corpus_tree`) pop equal probabilities in the order SGLang's
+:mod:`ngramspec.engine.corpora.corpus_tree`) pop equal probabilities in the order SGLang's
 ``std::priority_queue`` does, so the heap moves exactly as libstdc++'s does (the readable model
 is :class:`ngramspec.stdorder.StdPriorityQueue`).  ADAPTIVE (:mod:`ngramspec.engine.adaptive`)
 breaks ties by push order, a key of its own: any correct heap pops its candidates in one order.

@@ -502,7 +502,7 @@ class NgramCorpus:
         lens = np.fromiter(total_lens, np.int64, len(keys))
         matrix = np.empty((len(keys), self.draft_token_num), np.int32)
         new = np.empty(len(keys), np.int64)
-        if not kernels("steps").emitted_tails(*packed, lens, self._last_lens, matrix, new):
+        if not kernels("serving.steps").emitted_tails(*packed, lens, self._last_lens, matrix, new):
             return None
         try:
             dr._accept_matrix(matrix, new)

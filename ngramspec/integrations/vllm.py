@@ -61,7 +61,7 @@ __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config"
 #: The environment variable naming a preset (one of :data:`ngramspec.config.PRESETS`).
 ENV_PRESET = "NGRAMSPEC_VLLM_PRESET"
 
-_HEAD = _TAIL = 16  # equal halves: ngramspec.engine.rows reads them off the array
+_HEAD = _TAIL = 16  # equal halves: ngramspec.engine.vllm.rows reads them off the array
 # The fingerprint of a context of length L: its first _HEAD tokens and the _TAIL before L
 # (positions clipped into 0 .. L - 1, so it depends on the context's first L tokens only).
 _HEAD_IDX = np.arange(_HEAD, dtype=np.int64)
@@ -416,7 +416,7 @@ class Proposer:
         typing of the arguments; the cache in :meth:`draft` is keyed by those types)."""
         from .._jit import entry_point
 
-        from ..engine import rows as k  # compiled on first use
+        from ..engine.vllm import rows as k  # compiled on first use
 
         emitted, owner = np.ones(n.size, np.int64), np.zeros(n.size, np.int64)
         return (entry_point(k.recognise, ctx, n, emitted, 1, owner, owner, self._own_fp, 1,

@@ -9,7 +9,7 @@ occurs at 0 and the draft is ``1``.  No occurrence of even ``min_n`` tokens (or 
 shorter than ``min_n``): no draft.  vLLM also never drafts past ``max_model_len``; the
 simulator takes it as unlimited.
 
-The compiled twin is :mod:`ngramspec.engine.lookup`; both are checked against the function
+The compiled twin is :mod:`ngramspec.engine.vllm.lookup`; both are checked against the function
 in vLLM's wheel (``tests/integrations/test_vllm_ngram.py``).
 """
 

@@ -2,7 +2,7 @@
 and PROB draft trees, and the merge of those trees into the trie's.
 
 One Python object per automaton state, plain dicts and lists, written to be read beside the
-spec (§3.6).  The Numba engine (:mod:`ngramspec.engine.sam`) is tested against this.
+spec (§3.6).  The Numba engine (:mod:`ngramspec.engine.corpora.sam`) is tested against this.
 
 The trie's tree builders (:mod:`ngramspec.reference.tree`) are reused as they are: a state
 offers them what a trie node does (``token``, ``freq``, ``lru``, ``by_frequency()``), with its

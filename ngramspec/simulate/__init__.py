@@ -20,7 +20,7 @@ The loop (SGLang 0.5.23, greedy verification), exactly::
 What is matched and inserted where and when follows the profile and the options as
 :class:`~ngramspec.Drafter` defines it (for ``sglang-0.5.9`` that release's worker, for
 ``index_prompt`` & co. what they insert).  With the ``numba`` backend the whole loop runs in the
-engine's compiled replay (:func:`ngramspec.engine.replay.replay`), for every configuration;
+engine's compiled replay (:func:`ngramspec.engine.serving.replay.replay`), for every configuration;
 with ``"reference"`` it is driven step by step through the public ``Drafter`` on the
 pure-Python cache and :func:`~ngramspec.verify_greedy` (the readable path).  Both give identical
 per-step counts (tested for every combination of profile, match type and options).

@@ -133,7 +133,7 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
                                                     progress)
         batch_steps = _loop_steps(emitted, concurrency)
     elif backend == "numba" and not config.chain:
-        from ..engine.replay import replay  # imports numba: only when simulating
+        from ..engine.serving.replay import replay  # imports numba: only when simulating
 
         names, automata = _automata(config, corpora)
         out = replay(prompts, outputs, config, concurrency=concurrency, progress=progress,
@@ -169,7 +169,7 @@ def _replay_lookup(prompts, outputs, config: NgramConfig, backend: str,
     lo, hi, k = (config.prompt_lookup_min, config.prompt_lookup_max,
                  config.num_speculative_tokens)
     if backend == "numba":
-        from ..engine.lookup import replay_lookup  # imports numba: only when simulating
+        from ..engine.vllm.lookup import replay_lookup  # imports numba: only when simulating
 
         return replay_lookup(prompts, outputs, min_n=lo, max_n=hi, k=k, progress=progress)
     from ..reference.lookup import prompt_lookup, verify_chain
@@ -263,7 +263,7 @@ def simulate_stream(streams: StreamSource, *, config: NgramConfig | None = None,
     >>> r.summary.verify_steps, r.tokens_per_step
     (5, 2.2)
     """
-    from ..engine.replay import replay_stream  # imports numba: only when simulating
+    from ..engine.serving.replay import replay_stream  # imports numba: only when simulating
     from ..streams import SAMPLING_FIELDS, decoding_of, iter_streams
 
     config = _check_args(config, concurrency, "numba", costs)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import ngramspec as ns
 from ngramspec.config import NgramConfig
 from ngramspec.cache.corpora import SEPARATOR, CorpusOrder, corpus_stream, string_hash
-from ngramspec.engine.sam import FlatAutomaton
+from ngramspec.engine.corpora.sam import FlatAutomaton
 from ngramspec.reference.sam import SuffixAutomaton
 
 BACKENDS = ["reference", "numba"]
@@ -309,7 +309,7 @@ def test_per_corpus_budget_zero_leaves_the_trie_alone(backend):
 
 
 @pytest.mark.parametrize("name", ["ngramspec.cache.corpora", "ngramspec.reference.sam",
-                                  "ngramspec.engine.sam"])
+                                  "ngramspec.engine.corpora.sam"])
 def test_corpus_module_docstring_examples(name):
     import doctest
     import importlib

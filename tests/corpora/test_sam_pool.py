@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ngramspec as ns
-from ngramspec.engine.sam import FlatAutomaton, automata_pool
+from ngramspec.engine.corpora.sam import FlatAutomaton, automata_pool
 
 CORPORA = {"a": [[1, 2, 3, 4], [7, 1, 2, 9]], "b": [[1, 2, 5, 6]], "c": [[2, 5, 8, 1, 2, 3]]}
 

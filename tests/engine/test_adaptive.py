@@ -235,7 +235,7 @@ def test_shared_pseudo_count_discounts_short_shared_contexts():
 def test_replay_equals_drafter_with_shared_pseudo_count(concurrency):
     """The engine's compiled replay equals the Drafter replay with the option on (per request
     and step: tokens emitted, real drafts), with and without the request's own trie."""
-    from ngramspec.engine.replay import replay
+    from ngramspec.engine.serving.replay import replay
     from ngramspec.simulate import _replay_stepwise
     rows = recorded_streams(8)
     prompts = [np.asarray(r["prompt_ids"][-300:], np.int32) for r in rows]

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ngramspec.engine.own_index import (E_NEXT, E_TOK, S_CNT, S_HEAD, S_LAST, OwnIndexArrays,
+from ngramspec.engine.serving.own_index import (E_NEXT, E_TOK, S_CNT, S_HEAD, S_LAST, OwnIndexArrays,
                                         own_append, own_rebuilds, own_reset, own_state_of,
                                         own_tail)
-from ngramspec.engine.own_index import _target
+from ngramspec.engine.serving.own_index import _target
 
 
 def _occurrences(row, base, end, count_from, depth):

@@ -1,4 +1,4 @@
-"""The Drafter's remembered state (``ngramspec.engine.remembered``: remembered insert paths,
+"""The Drafter's remembered state (``ngramspec.engine.serving.remembered``: remembered insert paths,
 own tries kept with touch stamps, the batch-1 match and window insert in one call, a drafter's
 own trie keeping its LRU order as stamps until it could evict) drafts exactly what the
 reference backend drafts, step by step, and leaves the same trie (nodes, counts and LRU order)."""

@@ -17,7 +17,7 @@ from numpy.testing import assert_array_equal
 import ngramspec as ns
 from ngramspec.config.acceptance_table import calibration_array
 from ngramspec.costs import CostTable, step_costs
-from ngramspec.engine.replay import replay
+from ngramspec.engine.serving.replay import replay
 from ngramspec.measure.reliability import reliability
 from ngramspec.simulate import _replay_stepwise
 from ngramspec.streams import embedded_streams_path

@@ -24,8 +24,8 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 from ngramspec.config import PROFILES
-from ngramspec.engine import replay as replay_module
-from ngramspec.engine.replay import replay
+from ngramspec.engine.serving import replay as replay_module
+from ngramspec.engine.serving.replay import replay
 from ngramspec.simulate import _replay_stepwise
 from ngramspec.streams import embedded_streams_path
 
@@ -205,9 +205,8 @@ import json, sys
 import numpy as np
 import ngramspec as ns
 from ngramspec.config import PROFILES
-from ngramspec.engine import replay as replay_module
-from ngramspec.engine import replay as replay_module
-from ngramspec.engine.replay import replay
+from ngramspec.engine.serving import replay as replay_module
+from ngramspec.engine.serving.replay import replay
 from ngramspec.simulate import _replay_stepwise
 rows = [([5, 1, 2, 3, 1, 2], [3, 1, 2, 3, 4, 1, 2, 3, 1]), ([], [1, 2, 1, 2, 1, 2, 0, 0]),
         ([2, 3], [1, 2, 3, 1, 2, 3, 1, 2])]

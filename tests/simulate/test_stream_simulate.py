@@ -13,7 +13,7 @@ from numpy.testing import assert_array_equal
 
 import ngramspec as ns
 from ngramspec.cli import main
-from ngramspec.engine.replay import replay, replay_stream
+from ngramspec.engine.serving.replay import replay, replay_stream
 from ngramspec.simulate import pool_results
 from ngramspec.streams import StreamError, embedded_streams_path, iter_streams, write_streams
 

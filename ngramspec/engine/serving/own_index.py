@@ -40,7 +40,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .._jit import jit
+from ..._jit import jit
 
 __all__ = ["OwnIndex", "OwnIndexArrays", "own_append", "own_rebuilds", "own_reset",
            "own_state_of", "own_tail", "S_LEN", "S_LINK", "S_CNT", "S_LAST", "S_HEAD",

@@ -1,7 +1,7 @@
 """The serving-loop replay's compiled kernel, for every configuration.
 
 :func:`replay_kernel` runs the loop of :mod:`ngramspec.simulate` on arrays that its driver
-(:mod:`ngramspec.engine.replay`) allocates, in chunks (so that progress can be shown and the
+(:mod:`ngramspec.engine.serving.replay`) allocates, in chunks (so that progress can be shown and the
 tries can grow between chunks).  What is matched, inserted where and when is exactly what
 :class:`~ngramspec.Drafter` does (its module docstring is the definition), per configuration:
 
@@ -40,17 +40,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._jit import jit, jit_inline
-from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
-from .match import States, match_anchors, window_anchors
+from ..._jit import jit, jit_inline
+from ..adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
+from ..match import States, match_anchors, window_anchors
 from .own_index import OwnIndex, own_append, own_rebuilds, own_reset
-from .sam import corpus_scratch_in, draft_with_corpora
-from .tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
-from .trie import (LRU_LIST, LRU_NONE, LRU_STAMPS, M_SIZE, Trie, build_lru, in_use,
+from ..corpora.sam import corpus_scratch_in, draft_with_corpora
+from ..tree import build_bfs_scheduled, build_prob, fill_result, new_scratch
+from ..trie import (LRU_LIST, LRU_NONE, LRU_STAMPS, M_SIZE, Trie, build_lru, in_use,
                    insert_suffixes)
 
 if TYPE_CHECKING:
-    from ..config import NgramConfig
+    from ...config import NgramConfig
 
 __all__ = ["replay_kernel", "DONE", "PAUSED", "NEED_ROOM", "NEED_REQUESTS", "LOOP_SIZE",
            "CFG_SIZE"]
@@ -163,7 +163,7 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
     ``need[0]`` (shared trie) or ``need[1 + slot]`` (a slot's own trie) to the node slots that
     trie must have allocated before the next call.
 
-    ``corpora``: None, or external corpora (:func:`~ngramspec.engine.sam.replay_corpora`),
+    ``corpora``: None, or external corpora (:func:`~ngramspec.engine.corpora.sam.replay_corpora`),
     drafted and merged as ``NgramCache.match`` does; each accepted draft
     token (the bonus, and tokens cut at the end of the recording, excluded) of request ``r``
     adds 1 to ``corpora[5][r, source]``, its slot's source (the trie's tree 0, corpus ``k``

@@ -30,15 +30,15 @@ import numpy as np
 from numba.core import types as _nbtypes
 from numba.experimental import structref as _structref
 
-from .._jit import entry_point, jit
-from ..config import NgramConfig
-from .adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
+from ..._jit import entry_point, jit
+from ...config import NgramConfig
+from ..adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .replay import _list_append, _list_of, _list_set  # the replay's typed-list kernels
-from .batch import match_one, match_pooled
+from ..batch import match_one, match_pooled
 from .steps import ACCEPTED, accept_rows
-from .tree import BUCKET_COUNTS
+from ..tree import BUCKET_COUNTS
 from .own_index import OwnIndex, OwnIndexArrays, own_append, own_reset
-from .trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, TrieArrays, build_lru, in_use,
+from ..trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, TrieArrays, build_lru, in_use,
                    insert_suffixes, unpack)
 
 __all__ = ["Remembered", "OwnTrie", "StepState", "propose_adaptive", "accept_and_count",
@@ -157,7 +157,7 @@ class Remembered:
         self._entries: dict[str, object] = {}
         adaptive = config.match_type == "ADAPTIVE"
         if adaptive:
-            from ..config.acceptance_table import calibration_array
+            from ...config.acceptance_table import calibration_array
 
             params = (int(depth), int(config.budget), float(config.min_token_prob),
                       float(config.max_spec_factor),

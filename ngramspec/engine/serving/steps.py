@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import jit
+from ..._jit import jit
 
 __all__ = ["greedy_walk", "path_errors", "gather_tails", "append_rows", "accept_rows",
            "emitted_tails"]

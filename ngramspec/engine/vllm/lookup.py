@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .._jit import compile_free_clock, jit
+from ..._jit import compile_free_clock, jit
 
 __all__ = ["lookup_draft", "replay_lookup"]
 

@@ -9,7 +9,7 @@ length (positions clipped into the context, so the fingerprint depends on the co
 
 from __future__ import annotations
 
-from .._jit import jit
+from ..._jit import jit
 
 __all__ = ["recognise", "remember"]
 

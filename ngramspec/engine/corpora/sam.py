@@ -17,8 +17,8 @@ that a walk step, an anchor or a tree node reads a state in one place:
   hash table at most half full (target -1: empty), since a walk falls back to the root often
   and the root has a transition per distinct token.
 
-The build and the walk are in :mod:`ngramspec.engine.automaton`, the corpus trees and the
-merge in :mod:`ngramspec.engine.corpus_tree`; this module holds the automaton object, the pool
+The build and the walk are in :mod:`ngramspec.engine.corpora.automaton`, the corpus trees and the
+merge in :mod:`ngramspec.engine.corpora.corpus_tree`; this module holds the automaton object, the pool
 and one request's corpus part.  The match kernels take every
 loaded corpus in one pool (:func:`automata_pool`: the records concatenated, and where each
 automaton starts), so that their argument types do not depend on the number of corpora.  The
@@ -38,11 +38,11 @@ from typing import Sequence
 
 import numpy as np
 
-from .._jit import jit, jit_inline
+from ..._jit import jit, jit_inline
 from .automaton import SEPARATOR, _build_kernel, _chain, _extend
 from .corpus_tree import (_TREE_ROWS, _bfs, _draft_kernel, _fill, _insert_paths, _layout,
                           _mask_parents, _prob, _tree_reset, merge_batch)
-from .tree import build_bfs_scheduled, build_prob, fill_result
+from ..tree import build_bfs_scheduled, build_prob, fill_result
 
 __all__ = ["FlatAutomaton", "merge_batch", "automata_pool", "corpus_row",
            "corpus_scratch", "corpus_scratch_in", "corpus_walks", "grow_walks",

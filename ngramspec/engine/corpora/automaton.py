@@ -1,18 +1,18 @@
 """Suffix automata on flat arrays: the hash table and online build, and the matching walk.
 
-Part of the engine's external corpora (:mod:`ngramspec.engine.sam` holds the public pieces and
+Part of the engine's external corpora (:mod:`ngramspec.engine.corpora.sam` holds the public pieces and
 says how the records are laid out); the readable model is :mod:`ngramspec.reference.sam`.
 
 While building, transitions live in edge lists plus an open-addressing hash table keyed by
 ``(state, token)``, both dropped once the records are made.  The walk (§3.6.4) reads the
-records of one automaton inside a pool (:func:`~ngramspec.engine.sam.automata_pool`).
+records of one automaton inside a pool (:func:`~ngramspec.engine.corpora.sam.automata_pool`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._jit import jit, jit_inline
+from ..._jit import jit, jit_inline
 
 __all__ = ["SEPARATOR"]
 

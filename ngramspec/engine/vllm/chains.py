@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import jit
+from ..._jit import jit
 
 __all__ = ["cut_to_chains"]
 

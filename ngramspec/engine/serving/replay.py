@@ -1,7 +1,7 @@
 """The serving-loop replay, compiled: the engine's one entry point for :mod:`ngramspec.simulate`.
 
 :func:`replay` takes the recorded streams as arrays, allocates every engine array itself and
-runs :func:`~ngramspec.engine.replay_kernel.replay_kernel` (whose module docstring says what
+runs :func:`~ngramspec.engine.serving.replay_kernel.replay_kernel` (whose module docstring says what
 the loop does, per configuration) in chunks, so that progress can be shown and the tries can
 grow between chunks; :func:`replay_stream` does the same over requests taken from an iterator
 as the loop admits them.  Both hand the kernel the arrays of one :class:`_Run`, whose
@@ -18,16 +18,16 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from numba.typed import List
 
-from .._jit import jit
-from ..config import NgramConfig
-from .match import new_states
+from ..._jit import jit
+from ...config import NgramConfig
+from ..match import new_states
 from .replay_kernel import (C_WINDOWS, DONE, L_ADMLEFT, L_FINLEFT, L_LEFT, L_MORE, L_NEXT,
                             L_NFIN, L_NRUN, L_STEPS, LOOP_SIZE, NEED_REQUESTS, NEED_ROOM, PAUSED,
                             _config_arrays, replay_kernel)
-from .sam import replay_corpora
-from .tree import BUCKET_COUNTS
+from ..corpora.sam import replay_corpora
+from ..tree import BUCKET_COUNTS
 from .own_index import OwnIndexArrays
-from .trie import TrieArrays
+from ..trie import TrieArrays
 
 __all__ = ["replay", "replay_stream", "ReplayOutput"]
 
@@ -121,8 +121,8 @@ class _Run:
         n = config.draft_token_num
         exact = config.exact_counts or config.local_index
         self.cfg, fcfg = _config_arrays(config, conc)
-        from ..config.acceptance_table import calibration_array
-        from ..costs import check_costs, cost_matrix
+        from ...config.acceptance_table import calibration_array
+        from ...costs import check_costs, cost_matrix
 
         costs = check_costs(config, costs)
         # None where unused: the kernel then compiles without that drafting (replay_kernel).

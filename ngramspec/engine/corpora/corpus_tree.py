@@ -1,6 +1,6 @@
 """Corpus draft trees: BFS and PROB below a walk's anchors, and SGLang's merge of trees.
 
-Part of the engine's external corpora (:mod:`ngramspec.engine.sam`).  A tree keeps its
+Part of the engine's external corpora (:mod:`ngramspec.engine.corpora.sam`).  A tree keeps its
 children in libstdc++ ``unordered_map`` order (:mod:`ngramspec.engine.tree`'s model and
 layout, each tree one 2-D int32 array); PROB pops its candidates
 from the engine's heap (:mod:`ngramspec.engine.heap`).
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import jit, jit_inline
+from ..._jit import jit, jit_inline
 from .automaton import _anchors, _n_kids
-from .heap import heap_pop, heap_push
-from .tree import BUCKET_COUNTS, TREE_ROWS, _map_get, _map_insert, _tree_reset, fill_layout
+from ..heap import heap_pop, heap_push
+from ..tree import BUCKET_COUNTS, TREE_ROWS, _map_get, _map_insert, _tree_reset, fill_layout
 
 __all__ = ["merge_batch"]
 
