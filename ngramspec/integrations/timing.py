@@ -43,7 +43,7 @@ def time_drafting(result: Any, engine: str | Engine = "custom") -> float | None:
     Examples
     --------
     >>> import ngramspec as ns
-    >>> r = ns.simulate(ns.read_streams(ns.embedded_streams_path())[:4], step_api_steps=8)
+    >>> r = ns.simulate(ns.read_streams(ns.streams.embedded_streams_path())[:4], step_api_steps=8)
     >>> r.step_api_ms_per_step is None                  # a result is values: nothing timed yet
     True
     >>> ms = ns.time_drafting(r)                        # the explicit call

@@ -26,7 +26,9 @@ def ngram_counts(seq: list[int], depth: int, start: int = 0) -> Counter:
 
 
 def trie_counts(cache: ns.NgramCache) -> Counter:
-    """Every root path of the reference trie with its freq (zeros dropped)."""
+    """Every root path of the reference trie with its freq (zeros dropped), once the queued
+    inserts have run (``finish`` hands its counts to the insert thread)."""
+    cache.synchronize()
     out: Counter = Counter()
     stack = [((), cache._backend.trie.root)]
     while stack:

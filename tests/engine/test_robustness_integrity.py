@@ -106,10 +106,10 @@ def _corrupt_c_prev(t):
 
 def _corrupt_lru_order(t):
     # Swap the first two nodes of the global list (a parent and its child).
-    from ngramspec.engine.trie import M_GHEAD, M_GTAIL, _g_push_front, _g_unlink
+    from ngramspec.engine.trie import M_GHEAD, M_GTAIL, _g_push_front, _unlink
     a = int(t.meta[M_GHEAD])
     b = int(t.g_next[a])
-    _g_unlink(t.g_next, t.g_prev, t.meta, b)
+    _unlink(t.g_next, t.g_prev, t.meta, M_GHEAD, M_GTAIL, b)
     _g_push_front(t.g_next, t.g_prev, t.meta, b)
     assert t.meta[M_GTAIL] != -1
 
