@@ -1,7 +1,7 @@
 """The backend-independent content of a cache: what decides its future drafts, nothing else.
 
 Each backend converts itself to and from this form (``to_canonical`` / ``from_canonical``);
-:mod:`ngramspec.persist` writes and reads it and knows nothing of the backends.
+:mod:`ngramspec.cache.persist` writes and reads it and knows nothing of the backends.
 """
 
 from __future__ import annotations

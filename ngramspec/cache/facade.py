@@ -1,6 +1,6 @@
 """``NgramCache``: the public n-gram drafter (the facade: lock, backend choice, background
 inserts, save/load).  Input checks live in :mod:`ngramspec._validate`, the file format in
-:mod:`ngramspec.persist`, the algorithms in the backends (``engine/``, ``reference/``)."""
+:mod:`ngramspec.cache.persist`, the algorithms in the backends (``engine/``, ``reference/``)."""
 
 from __future__ import annotations
 
@@ -445,7 +445,7 @@ class NgramCache(BackgroundInserts):
             self._backend.reserve()
         return self
 
-    # External corpora (SGLang 0.5.23; ngramspec.corpora) ------------------------------------
+    # External corpora (SGLang 0.5.23; ngramspec.cache.corpora) ------------------------------------
 
     def add_corpus(self, corpus_id: str, documents, *, max_bytes: int | None = None) -> int:
         """Load an external corpus: a suffix automaton over ``documents`` that every match
@@ -567,7 +567,7 @@ class NgramCache(BackgroundInserts):
             self._backend.check_integrity()
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the trie and the match states to ``path`` (format: :mod:`ngramspec.persist`).
+        """Write the trie and the match states to ``path`` (format: :mod:`ngramspec.cache.persist`).
 
         Atomic: the file appears complete at ``path`` or not at all; a failure mid-write
         leaves a previous file there untouched.  A cache loaded from it continues exactly as
@@ -641,7 +641,7 @@ def cache_from_sglang_args(args: Mapping[str, Any], *, tokenizer: Any = None,
     """An :class:`~ngramspec.NgramCache` as an SGLang server with these arguments starts it:
     :meth:`NgramConfig.from_sglang_args <ngramspec.NgramConfig.from_sglang_args>`, then the
     ``--speculative-ngram-external-corpus-path`` file, if any, loaded under its path as id
-    (:func:`~ngramspec.corpora.read_corpus`; the whole file refused if it exceeds the token cap, as SGLang does).
+    (:func:`~ngramspec.cache.corpora.read_corpus`; the whole file refused if it exceeds the token cap, as SGLang does).
 
     Examples
     --------

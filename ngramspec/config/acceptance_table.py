@@ -27,13 +27,13 @@ run's tokens per unit of time are the largest, not each step's).  The step costs
 :func:`~ngramspec.costs.step_costs` of a :class:`~ngramspec.CostTable` or
 :class:`~ngramspec.CostModel`.
 
-:func:`~ngramspec.reliability.reliability` measures how well the estimates hold: per verify
+:func:`~ngramspec.measure.reliability.reliability` measures how well the estimates hold: per verify
 step the predicted expected accept length beside the realised one, binned.
 
 This module lays the table out for the kernels (:func:`calibration_array`); the coefficients
 are fitted data (``ngramspec/data/acceptance_table.json``, written by
 ``benchmarks/studies/fit_acceptance.py``).  Step costs live in :mod:`ngramspec.costs`, the
-reliability replay in :mod:`ngramspec.reliability`.
+reliability replay in :mod:`ngramspec.measure.reliability`.
 
 Examples
 --------

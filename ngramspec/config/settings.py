@@ -119,7 +119,7 @@ class NgramConfig:
         The break-even of a cost model (verify time / decode time) is the natural value.
         ``"auto"``: per step, cut the trees of the batch to the size (possibly none) that
         maximises the expected emitted tokens per unit of step time, from step costs given to
-        the drafter (``costs=``; see :mod:`ngramspec.calibration_table`).
+        the drafter (``costs=``; see :mod:`ngramspec.config.acceptance_table`).
     shared_pseudo_count : float
         ADAPTIVE only (0 = off): the shared trie's estimates count for less where their
         context is short.  Below a shared-trie node that continues a context of ``n`` tokens
@@ -130,7 +130,7 @@ class NgramConfig:
     calibrated_estimates : bool
         ADAPTIVE only: score candidates by calibrated probabilities (fitted on recorded
         traffic: by source, matched length, count and rank;
-        :mod:`ngramspec.calibration_table`) instead of count ratios, which are optimistic on
+        :mod:`ngramspec.config.acceptance_table`) instead of count ratios, which are optimistic on
         rare n-grams.  An alternative to
         ``shared_pseudo_count`` (both replace the count ratios), so not combined with it.
     external_sam_budget : int
@@ -470,7 +470,7 @@ class NgramConfig:
         group at or above break-even under a verify step 2.46 times a decode step);
         ``"calibrated"``: wide ADAPTIVE trees (``min_token_prob=0.18``, ``max_spec_factor=4``,
         ``max_trie_depth=24``) scored by the calibrated estimates of
-        :mod:`ngramspec.calibration_table` (the settings its table was fitted on), the base for
+        :mod:`ngramspec.config.acceptance_table` (the settings its table was fitted on), the base for
         ``min_expected_accept="auto"``.  For vLLM, which verifies chains: ``"chain"``,
         ``recommended`` cut to chains of up to 7 tokens (``min_token_prob=0.2``,
         ``max_spec_factor=2``; tuned under vLLM's pricing, docs/vllm.md), and ``"vllm"``,

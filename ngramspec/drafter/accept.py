@@ -2,7 +2,7 @@
 against the proposed trees and appended to the requests, with the counts its configuration
 keeps, in one compiled call where it can be.
 
-A mixin (as :mod:`ngramspec._inserts` is the cache's), so that the hot path reads the
+A mixin (as :mod:`ngramspec.cache.inserts` is the cache's), so that the hot path reads the
 drafter's pending proposal as its own plain attributes.  The drafter provides ``cache``,
 ``config``, ``_store``, ``_mem``, ``_exact``, ``_windows``, ``_one_call``, ``_slot``,
 ``_pend_*`` (the proposal), ``_info``/``_where`` (the kernel's outcome), ``_accept_rows`` (its

@@ -79,7 +79,7 @@ class Drafter(PrepareSteps, AcceptSteps):
     costs : CostTable or CostModel, optional
         The step costs, required with ``min_expected_accept="auto"`` (refused otherwise):
         ``propose`` cuts the trees of each batch to the size that maximises the expected
-        emitted tokens per unit of step time (:mod:`ngramspec.calibration_table`).
+        emitted tokens per unit of step time (:mod:`ngramspec.config.acceptance_table`).
     early_insert : bool, optional
         Profile ``sglang-0.5.23`` without ``exact_counts``/``local_index``: queue the windows
         that ``propose`` matched for the cache's insert thread as soon as the match is done,

@@ -73,7 +73,7 @@ def _trie_depth(par, node):
 
 @jit
 def cond_estimate(cal, src, ctx_len, level, total, rank, freq):
-    """The calibrated probability of a child (:mod:`ngramspec.calibration_table`: the table ``cal``,
+    """The calibrated probability of a child (:mod:`ngramspec.config.acceptance_table`: the table ``cal``,
     the source ``src`` (0 own trie, 1 shared), the matched length, the parent's level below
     its anchor (``level``: the drafted nodes the path has confirmed before the child), the
     parent's count total, the child's rank among its siblings and its count), clipped to
@@ -255,7 +255,7 @@ def draft_tree(ctx, params, local, shared, bucket_counts, sc, out_tokens, out_ma
     """One request's ADAPTIVE tree from the named tries ``local`` (searched first; None: no
     local trie) and ``shared``, laid out in SGLang's format; returns the drafted count.
     ``params``: ``(max_depth, budget, min_prob, factor, min_expected, shared_pseudo)``;
-    ``cal``: the calibration table of :mod:`ngramspec.calibration_table` (empty: probabilities from
+    ``cal``: the calibration table of :mod:`ngramspec.config.acceptance_table` (empty: probabilities from
     counts); ``own``: the request's own index (:data:`~.own_index.OwnIndex`, up to date with
     ``ctx``), searched first instead of ``local``."""
     min_expected = params[4]

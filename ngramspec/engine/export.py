@@ -1,4 +1,4 @@
-"""The engine's side of :mod:`ngramspec.persist`: its trie and match states to and from the
+"""The engine's side of :mod:`ngramspec.cache.persist`: its trie and match states to and from the
 backend-independent canonical form, whatever the slot layout.
 
 Canonical form: the ``N`` non-root nodes numbered ``0 .. N-1`` in global LRU order (front =

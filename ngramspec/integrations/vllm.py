@@ -57,7 +57,7 @@ __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config"
            "resolve_config", "choose_counts"]
 
 # ENV_CONFIG (``NGRAMSPEC_VLLM_CONFIG``): the configuration as TOML text; ENV_COSTS
-# (``NGRAMSPEC_VLLM_COSTS``): a cost table's CSV path.  Named once, in ngramspec.config_vllm.
+# (``NGRAMSPEC_VLLM_COSTS``): a cost table's CSV path.  Named once, in ngramspec.config.vllm.
 #: The environment variable naming a preset (one of :data:`ngramspec.config.PRESETS`).
 ENV_PRESET = "NGRAMSPEC_VLLM_PRESET"
 

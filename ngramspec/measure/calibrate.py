@@ -49,7 +49,7 @@ def tree_batch(batch: int, tokens: int, *, vocab: int, rng: np.random.Generator)
     Examples
     --------
     >>> import numpy as np
-    >>> from ngramspec.calibrate import tree_batch
+    >>> from ngramspec.measure.calibrate import tree_batch
     >>> d = tree_batch(2, 5, vocab=100, rng=np.random.default_rng(0))
     >>> d.parents.tolist()
     [[-1, 0, 0, 1, 1], [-1, 0, 0, 1, 1]]
@@ -85,7 +85,7 @@ def accepted_path(tokens: int) -> np.ndarray:
 
     Examples
     --------
-    >>> from ngramspec.calibrate import accepted_path
+    >>> from ngramspec.measure.calibrate import accepted_path
     >>> accepted_path(12).tolist(), accepted_path(1).tolist()
     ([0, 1, 3, 7], [0])
     """

@@ -378,7 +378,7 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
     concurrency : sequence of int
         Levels to check; a level above the number of requests runs at that number.
     device, dtype, threads
-        As for :func:`ngramspec.calibrate.measure`.
+        As for :func:`ngramspec.measure.calibrate.measure`.
     max_requests : int, optional
         Use only the first this many requests.
     max_output : int, optional

@@ -1,6 +1,6 @@
 """The torch pieces of a speculative decoding loop over a transformers causal LM (private).
 
-One home for what :mod:`ngramspec.calibrate` times and :mod:`ngramspec.check` runs, so that
+One home for what :mod:`ngramspec.measure.calibrate` times and :mod:`ngramspec.measure.check` runs, so that
 both pay exactly the same per step: the input ids, position ids and (where needed) the 4-D
 additive mask built on the host with NumPy, uploaded, one forward with the KV cache, the
 verdict (the argmax over the slots) read back to the host, and for a tree step the KV rows of

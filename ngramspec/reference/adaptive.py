@@ -26,7 +26,7 @@ context ``x`` continues: the anchor's length plus the tree level of the node bei
 (``n = d`` below the anchor itself).
 
 With ``calibrated_estimates`` a child's conditional probability is not its count ratio but
-the calibrated estimate of :mod:`ngramspec.calibration_table`
+the calibrated estimate of :mod:`ngramspec.config.acceptance_table`
 (:func:`calibrated_conditional`).  With ``min_expected_accept="auto"`` the tree is cut after
 construction to the first ``k`` nodes in creation order (every such prefix is a tree), ``k``
 chosen over the batch by :func:`choose_cap`, and laid out as the construction would have
@@ -111,7 +111,7 @@ def calibrated_conditional(table: Sequence[float], source: int, context_len: int
                            total: int, rank: int, freq: int) -> float:
     """The calibrated probability that the target continues with a child, clipped to [0, 1].
 
-    ``table`` (:func:`ngramspec.calibration_table.calibration_array`): ``[nc, nt, nl,
+    ``table`` (:func:`ngramspec.config.acceptance_table.calibration_array`): ``[nc, nt, nl,
     context-length bin edges (nc), total bin edges (nt), level bin edges (nl), (a, b) per
     (source, context bin, total bin, level bin, rank 0 or not)]``; the estimate is
     ``a + b * freq / total`` of the child's cell.  ``source``: 0 for the request's own trie,

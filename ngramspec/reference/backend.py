@@ -187,7 +187,7 @@ class ReferenceBackend:
     @classmethod
     def from_canonical(cls, config: NgramConfig, content: CanonicalContent
                        ) -> "ReferenceBackend":
-        """A backend holding validated canonical content (see :mod:`ngramspec.persist`)."""
+        """A backend holding validated canonical content (see :mod:`ngramspec.cache.persist`)."""
         backend = cls(config)
         trie = backend.trie
         trie.epoch = int(content.epoch)

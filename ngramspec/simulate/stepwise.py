@@ -156,7 +156,7 @@ def _replay_stepwise(prompts, outputs, config: NgramConfig, concurrency: int, ba
 
     ``sources`` (a dict, filled with corpora loaded): the accepted draft tokens per request
     by source, as :attr:`SimulationResult.accepted_by_source`, found from the parts of each
-    merge (the cache's recorded trees, :func:`~ngramspec.corpora.tree_paths`) independently
+    merge (the cache's recorded trees, :func:`~ngramspec.cache.corpora.tree_paths`) independently
     of the engine's node tags.  ``limit``: stop after that many serving-loop iterations.
     ``timing`` (a dict, filled): the wall time of ``propose`` + ``verify_greedy`` +
     ``accept`` (``step_seconds``) and of ``add_request`` + ``finish`` (``request_seconds``),

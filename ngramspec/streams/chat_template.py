@@ -1,5 +1,5 @@
 """The model's own chat template: a local tokenizer loaded, and conversations rendered and
-tokenised in batches as ``apply_chat_template`` does (:mod:`ngramspec.importers` uses it)."""
+tokenised in batches as ``apply_chat_template`` does (:mod:`ngramspec.streams.importers` uses it)."""
 
 from __future__ import annotations
 

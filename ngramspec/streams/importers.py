@@ -373,7 +373,7 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
         With ``tokenizer`` a directory: run the Python code it ships for a tokenizer class
         of its own (``auto_map`` in ``tokenizer_config.json``); it runs with your
         permissions, so only for a directory you trust (see
-        :func:`~ngramspec.chat_template.load_chat_tokenizer`).
+        :func:`~ngramspec.streams.chat_template.load_chat_tokenizer`).
 
     Returns
     -------
