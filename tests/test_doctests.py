@@ -6,7 +6,8 @@ import importlib
 import pytest
 
 MODULES = ["ngramspec", "ngramspec.config.settings", "ngramspec.config.toml",
-           "ngramspec.stdorder", "ngramspec.cache.facade", "ngramspec.drafts.batch",
+           "ngramspec.stdorder", "ngramspec.cache.facade", "ngramspec.cache.corpus_calls",
+           "ngramspec.cache.saving", "ngramspec.drafts.batch",
            "ngramspec.drafts.verify", "ngramspec.drafter.step_api", "ngramspec.streams.files",
            "ngramspec.simulate.results", "ngramspec.simulate.runs", "ngramspec.simulate.stepwise",
            "ngramspec.costs.model", "ngramspec.costs.records", "ngramspec.costs.engines",

@@ -1,36 +1,30 @@
-"""``NgramCache``: the public n-gram drafter (the facade: lock, backend choice, background
-inserts, save/load).  Input checks live in :mod:`ngramspec._validate`, the file format in
+"""``NgramCache``: the public n-gram drafter (the facade: lock, backend choice, matching;
+its insert thread, corpus calls and save/load are mixins: :mod:`~ngramspec.cache.inserts`,
+:mod:`~ngramspec.cache.corpus_calls`, :mod:`~ngramspec.cache.saving`).  Input checks live in :mod:`ngramspec._validate`, the file format in
 :mod:`ngramspec.cache.persist`, the algorithms in the backends (``engine/``, ``reference/``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Hashable, Mapping
+from typing import Any, Hashable, Mapping
 
 import numpy as np
 
 from .. import _validate as v
-from . import persist
-from .inserts import BackgroundInserts
-from .backends import BACKENDS, backend_class
 from ..config import NgramConfig
-from .corpora import Corpora, read_corpus
 from ..drafts import DraftBatch
-from ..errors import CacheFileError
-
-if TYPE_CHECKING:
-    from .._canonical import CanonicalContent
+from .backends import BACKENDS, backend_class
+from .corpora import Corpora, read_corpus
+from .corpus_calls import CorpusCalls
+from .inserts import BackgroundInserts
+from .saving import Saving
 
 __all__ = ["NgramCache", "BACKENDS", "cache_from_sglang_args"]
 
 
-
-
-
-class NgramCache(BackgroundInserts):
+class NgramCache(BackgroundInserts, CorpusCalls, Saving):
     """SGLang's NGRAM drafter: a trie of recent n-grams and per-request match states.
 
     Every option is keyword-only; the defaults are SGLang's server defaults.  Pass either the
@@ -445,86 +439,6 @@ class NgramCache(BackgroundInserts):
             self._backend.reserve()
         return self
 
-    # External corpora (SGLang 0.5.23; ngramspec.cache.corpora) ------------------------------------
-
-    def add_corpus(self, corpus_id: str, documents, *, max_bytes: int | None = None) -> int:
-        """Load an external corpus: a suffix automaton over ``documents`` that every match
-        then drafts from, with ``external_sam_budget`` nodes shared by the loaded corpora
-        (SGLang's ``/add_external_corpus``).  Corpora survive :meth:`reset`.
-
-        Parameters
-        ----------
-        corpus_id : str
-            A new, non-empty id.
-        documents : iterable of 1-D int sequences
-            Token ids within int32, except ``INT32_MIN``: the separator SGLang puts between
-            documents.  Empty documents are skipped.
-        max_bytes : int, optional
-            Beyond SGLang: a memory bound for this corpus's automaton (its bytes as
-            :meth:`corpus_info` reports them); a corpus that would exceed it is refused.
-
-        Returns
-        -------
-        int
-            Tokens loaded, separators included (what :meth:`corpora` reports).
-
-        Raises
-        ------
-        ValueError
-            A duplicate id, no tokens, more tokens than ``external_corpus_max_tokens`` or
-            than the loaded corpora leave of it (SGLang would truncate a corpus over the
-            cap), more bytes than ``max_bytes``, a bad token, or ``external_sam_budget == 0``.
-            Nothing changes then.
-
-        Examples
-        --------
-        >>> cache = NgramCache(max_trie_depth=4, max_bfs_breadth=3, draft_token_num=6,
-        ...                    external_sam_budget=2)
-        >>> cache.insert([[1, 2, 3, 4]])
-        >>> cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
-        10
-        >>> cache.match([[1, 2]]).tokens
-        array([[2, 5, 3, 4, 0, 0]], dtype=int32)
-        >>> cache.corpora()
-        {'docs': 10}
-        """
-        self.synchronize()
-        with self._lock:
-            return self._corpora.add(corpus_id, documents, max_bytes)
-
-    def remove_corpus(self, corpus_id: str) -> None:
-        """Unload a corpus; KeyError if no corpus has this id (SGLang accepts it silently)."""
-        with self._lock:
-            self._corpora.remove(corpus_id)
-
-    def clear_corpora(self) -> None:
-        """Unload every corpus (the trie is untouched)."""
-        with self._lock:
-            self._corpora.clear()
-
-    def corpora(self) -> dict[str, int]:
-        """``{corpus_id: tokens}`` of the loaded corpora, separators included, in SGLang's
-        order (the one in which their trees are merged)."""
-        with self._lock:
-            return self._corpora.counts()
-
-    def corpus_info(self) -> dict[str, dict[str, int]]:
-        """Per loaded corpus, in :meth:`corpora`'s order: ``tokens`` (separators included)
-        and ``bytes``, the memory its automaton takes in the engine's flat layout plus its
-        token stream, kept for :meth:`save` (the same figure on both backends; what
-        ``add_corpus(max_bytes=)`` bounds).
-
-        Examples
-        --------
-        >>> cache = NgramCache(draft_token_num=6, external_sam_budget=2)
-        >>> cache.add_corpus("docs", [[1, 2, 3, 9, 9], [7, 1, 2, 5]])
-        10
-        >>> cache.corpus_info()
-        {'docs': {'tokens': 10, 'bytes': 664}}
-        """
-        with self._lock:
-            return self._corpora.info()
-
     def _insert_packed(self, flat: np.ndarray, offsets: np.ndarray,
                        count_from: np.ndarray | None = None, *, wait: bool) -> None:
         """A :class:`Drafter`'s insert of non-empty sequences it packed itself (int32
@@ -542,99 +456,6 @@ class NgramCache(BackgroundInserts):
                      count_from: np.ndarray | None = None) -> None:
         """Insert packed sequences (exact counting with int64 ``count_from``), lock held."""
         self._backend.insert_packed(flat, offsets, count_from)
-
-    # Integrity and persistence -----------------------------------------------------------
-
-    def check_integrity(self) -> None:
-        """Verify the backend's internal invariants; raise
-        :class:`~ngramspec.errors.IntegrityError` naming the first broken one.
-
-        Checks parent/child links, child recency lists, the child lookup table, frequency
-        and global LRU order (parents ahead of children, so eviction only removes leaves),
-        the free list, the node count against ``capacity`` and the match states.  Walks the
-        whole trie in Python: a testing and debugging aid, not for every step in serving.
-
-        Examples
-        --------
-        >>> cache = NgramCache(max_trie_depth=4, capacity=5)
-        >>> cache.insert([[1, 2, 3, 4, 5, 6, 7]])
-        >>> cache.check_integrity()
-        >>> len(cache)
-        5
-        """
-        self.synchronize()
-        with self._lock:
-            self._backend.check_integrity()
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the trie and the match states to ``path`` (format: :mod:`ngramspec.cache.persist`).
-
-        Atomic: the file appears complete at ``path`` or not at all; a failure mid-write
-        leaves a previous file there untouched.  A cache loaded from it continues exactly as
-        this one would (same drafts for the same future calls, stateful matches included),
-        on either backend.  External corpora are written too (their token streams, rebuilt
-        into automata on loading, and SGLang's corpus order).
-
-        Examples
-        --------
-        >>> import os, tempfile
-        >>> cache = NgramCache(capacity=1000, draft_token_num=4)
-        >>> cache.insert([[1, 2, 3, 4]])
-        >>> path = os.path.join(tempfile.mkdtemp(), "trie.npz")
-        >>> cache.save(path)
-        >>> NgramCache.load(path).match([[1, 2]]).tokens
-        array([[2, 3, 4, 0]], dtype=int32)
-        """
-        from .._version import __version__
-
-        self.synchronize()
-        with self._lock:
-            content = dataclasses.replace(self._backend.to_canonical(),
-                                          **self._corpora.export())
-        persist.write(path, content, config=self._config, saved_by_backend=self._backend_name,
-                      library_version=__version__)
-
-    def _canonical(self) -> "CanonicalContent":
-        """The cache's canonical content (what :meth:`save` writes), states in id order."""
-        self.synchronize()
-        with self._lock:
-            return persist.in_id_order(self._backend.to_canonical())
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, *, backend: str | None = None,
-             config: NgramConfig | None = None) -> "NgramCache":
-        """A cache read from a file written by :meth:`save`.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-        backend : {"numba", "reference"}, optional
-            Default: the backend that saved the file.
-        config : NgramConfig, optional
-            The configuration the caller expects; a file with another one raises
-            :class:`~ngramspec.errors.CacheFileError`.
-
-        Raises
-        ------
-        CacheFileError
-            Truncated, corrupted, of an unknown format version, or of another ``config``.
-        """
-        v.check_backend(backend, BACKENDS, allow_none=True)
-        if config is not None:
-            config = v.check_config(config, default=False)
-        saved = persist.read(path, config=config)
-        if backend is None:
-            backend = saved.saved_by_backend if saved.saved_by_backend in BACKENDS else "numba"
-        cache = cls(config=saved.config, backend=backend)
-        cache._backend = backend_class(backend).from_canonical(saved.config, saved.content)
-        c = saved.content
-        if c.corpus_ids:
-            try:
-                cache._corpora.restore(c.corpus_ids, c.corpus_streams, c.corpus_table)
-            except ValueError as e:
-                raise CacheFileError(f"{os.fspath(path)}: {e}") from None
-        return cache
-
 
 def cache_from_sglang_args(args: Mapping[str, Any], *, tokenizer: Any = None,
                            backend: str = "numba"):
