@@ -270,7 +270,7 @@ class NgramCache(BackgroundInserts, CorpusCalls, Saving):
         one = v.serving_one(contexts, request_ids, total_lens) if plain else None
         if one is not None:  # batch 1 as a server sends it: checked in one pass
             if type(self._backend) is self._pooled_cls:
-                if self._done != self._queued or self._errors:
+                if self._held or self._due or self._done != self._queued or self._errors:
                     self.synchronize()
                 with self._lock:
                     if not self._corpora.automata or not self._corpora.active:
@@ -282,7 +282,7 @@ class NgramCache(BackgroundInserts, CorpusCalls, Saving):
         elif plain and type(self._backend) is self._pooled_cls and \
                 (packed := v.serving_batch(contexts, request_ids, total_lens)) is not None:
             # several requests as a server sends them: checked and packed in one pass
-            if self._done != self._queued or self._errors:
+            if self._held or self._due or self._done != self._queued or self._errors:
                 self.synchronize()
             with self._lock:
                 if not self._corpora.automata or not self._corpora.active:
@@ -317,7 +317,7 @@ class NgramCache(BackgroundInserts, CorpusCalls, Saving):
             if local is not None:
                 raise ValueError("local= is for match_type='ADAPTIVE' only (local caches are "
                                  f"searched by it); this cache's is {self._config.match_type!r}")
-        if self._done != self._queued or self._errors:
+        if self._held or self._due or self._done != self._queued or self._errors:
             self.synchronize()
         with self._lock:
             if corpora is not None:  # chosen per request (checked under the lock)
@@ -336,7 +336,7 @@ class NgramCache(BackgroundInserts, CorpusCalls, Saving):
         """A :class:`Drafter`'s stateful match of one request (a non-empty int32 tail of its
         row, a plain id, ``total >= ctx.size``): no checks."""
         if type(self._backend) is self._pooled_cls and not self._corpora.active:
-            if self._done != self._queued or self._errors:
+            if self._held or self._due or self._done != self._queued or self._errors:
                 self.synchronize()
             with self._lock:
                 pool, at = self._backend.match_one(ctx, key, total)
@@ -349,7 +349,7 @@ class NgramCache(BackgroundInserts, CorpusCalls, Saving):
         int64 ``offsets`` and ``total_lens``, plain ``str``/``int`` ids): no checks."""
         b = offsets.size - 1
         if b > 1 and type(self._backend) is self._pooled_cls and not self._corpora.active:
-            if self._done != self._queued or self._errors:
+            if self._held or self._due or self._done != self._queued or self._errors:
                 self.synchronize()
             with self._lock:
                 return DraftBatch._pooled(*self._backend.match_packed(flat, offsets, keys,

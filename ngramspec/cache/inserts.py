@@ -35,6 +35,13 @@ class BackgroundInserts:
         self._push_lock = threading.Lock()  # the count, the queue and the worker's start
         self._done_cond = threading.Condition()  # the worker's finished batches, errors
         self._queued = self._done = 0
+        # A Drafter's finished requests: held from the next propose's drafts (``_held``), then
+        # due (``_due``: every read waits for them) and queued at once, or (``_defer``) at
+        # the owner's next ``_release_due`` (the SGLang drop-in's batch_put); any read of the
+        # cache through synchronize queues both first.
+        self._held: list[tuple] = []
+        self._due: list[tuple] = []
+        self._defer = False
         self._worker_running = False
         self._errors: list[BaseException] = []
 
@@ -54,6 +61,24 @@ class BackgroundInserts:
                                                      self._push_lock),
                                  name="ngramspec-insert", daemon=True).start()
 
+    def _hold(self, flat: np.ndarray, offsets: np.ndarray, count_from: np.ndarray) -> None:
+        """Hold a packed insert (as :meth:`_push` takes it) from the next propose's drafts
+        (:meth:`_drafted`); a read through :meth:`synchronize` queues it first."""
+        self._held.append((None, (flat, offsets, count_from)))
+
+    def _drafted(self) -> None:
+        """A propose has drafted: the held inserts are due, queued now unless ``_defer``."""
+        self._due += self._held
+        self._held = []
+        if not self._defer:
+            self._release_due()
+
+    def _release_due(self) -> None:
+        """Queue the due inserts, in the order they were held."""
+        due, self._due = self._due, []
+        for item in due:
+            self._push(item)
+
     def _insert_queued(self, batch: list[np.ndarray] | None, counts: Any) -> None:
         """One queued batch, in the insert thread; its failure kept for the caller."""
         error = None
@@ -72,7 +97,8 @@ class BackgroundInserts:
             self._done_cond.notify_all()
 
     def synchronize(self) -> None:
-        """Wait until every insert queued (``wait=False``) before this call has finished.
+        """Wait until every insert queued (``wait=False``) or held (a :class:`Drafter`'s
+        finished requests) before this call has finished.
 
         Unlike SGLang 0.5.9's ``synchronize``, which returned once the queue was empty while
         the last insert could still be running, this waits for the inserts themselves.  If
@@ -80,6 +106,15 @@ class BackgroundInserts:
         (once) with the first failure as its cause; the batches queued after it were still
         inserted.
         """
+        if self._held:
+            self._due += self._held
+            self._held = []
+        if self._due:
+            self._release_due()
+        self._wait_queued()
+
+    def _wait_queued(self) -> None:
+        """:meth:`synchronize` of the queued inserts alone (held and due ones stay)."""
         if self._done == self._queued and not self._errors:
             return  # nothing queued: the common case, no lock taken
         with self._done_cond:

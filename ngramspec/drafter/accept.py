@@ -35,7 +35,7 @@ class AcceptSteps:
         """``accept_rows`` and the exact counts of the remembered state, in one call (under
         the cache's lock unless only the requests' own tries are written)."""
         cache, local = self.cache, self.config.local_index
-        if not local and (cache._done != cache._queued or cache._errors):
+        if not local and (cache._due or cache._done != cache._queued or cache._errors):
             cache.synchronize()
         with nullcontext() if local else cache._lock:
             self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,

@@ -54,19 +54,38 @@ class PrepareSteps:
         >>> drafter.propose(["a"]).tokens[0, :4].tolist()
         [4, 1, 2, 3]
         """
-        key, prompt = self._new_request(rid, prompt_ids)
-        self._drop_prepared(key)
-        self._store.reserve(self._store.room_for(prompt.size))  # (its row: no growth at add)
-        job = None
-        if self._mem is not None and self.config.local_index:
-            if self._indexer is None:
-                from concurrent.futures import ThreadPoolExecutor
+        self._prepare_many([rid], [prompt_ids])
 
-                self._indexer = ThreadPoolExecutor(1, thread_name_prefix="ngramspec-index")
-            count = 0 if self.config.index_prompt else prompt.size
-            row = np.ascontiguousarray(prompt, np.int32)
-            job = self._indexer.submit(self._mem.build, row, row.size, count, row.size + 1)
-        self._prepared[key] = (prompt, job)
+    def _prepare_many(self, rids: Any, prompts: Any) -> None:
+        """:meth:`prepare` of several requests: all checked before anything changes, the
+        store's rows and width reserved once for all of them, and their builds handed to
+        the indexing thread last (it would share the caller's core while the caller is
+        still here)."""
+        checked = [self._new_request(rid, p) for rid, p in zip(rids, prompts)]
+        if not checked:
+            return
+        for key, _ in checked:
+            self._drop_prepared(key)
+        store = self._store
+        store.reserve(store.room_for(max(p.size for _, p in checked)))  # (no growth at add)
+        store.reserve_rows(len(self._slot) + len(self._prepared) + len(checked))
+        build = self._mem is not None and self.config.local_index
+        if self._mem is not None:
+            self._mem.grow(store.size.size)
+        if build and self._indexer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._indexer = ThreadPoolExecutor(1, thread_name_prefix="ngramspec-index")
+        rows = []
+        for key, prompt in checked:
+            self._prepared[key] = (prompt, None)
+            if build:
+                rows.append((key, prompt, np.ascontiguousarray(prompt, np.int32)))
+        count_all = self.config.index_prompt
+        for key, prompt, row in rows:
+            job = self._indexer.submit(self._mem.build, row, row.size,
+                                       0 if count_all else prompt.size, row.size + 1)
+            self._prepared[key] = (prompt, job)
 
     def _take_prepared(self, key: Hashable, prompt: np.ndarray) -> Any:
         """The own index :meth:`prepare` built for ``key``'s ``prompt`` (None: none, or one of

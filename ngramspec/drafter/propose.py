@@ -34,6 +34,8 @@ class ProposeSteps:
         ``batch_size`` (with ``costs``): requests in the step's forward, default
         ``len(rids)``.
         """
+        if self.cache._held:  # finished requests: taught once these trees are drafted
+            return self._propose_then_release(rids, batch_size)
         if type(rids) is list and len(rids) == 1 and self._one and not self._pend_keys \
                 and type(rids[0]) in _ID_TYPES and batch_size is None:
             slot = self._slot.get(rids[0])  # a server's batch 1: the fewest interpreter steps
@@ -104,6 +106,19 @@ class ProposeSteps:
             drafts = self.cache.match([flat[offsets[i]:offsets[i + 1]] for i in range(b)])
         return self._pend(keys, slot_arr, drafts, flat, offsets)
 
+    def _propose_then_release(self, rids: Sequence[Any], batch_size: int | None
+                              ) -> DraftBatch:
+        """:meth:`propose` without the cache's held inserts (:meth:`finish`'s counts), which
+        are due once the trees are drafted (a refused call leaves them held)."""
+        cache = self.cache
+        held, cache._held = cache._held, []
+        try:
+            drafts = self.propose(rids, batch_size=batch_size)
+        finally:
+            cache._held[:0] = held
+        cache._drafted()
+        return drafts
+
     def _propose_adaptive(self, slots: np.ndarray, batch_size: int | None) -> DraftBatch:
         """ADAPTIVE trees of these store rows in one compiled call, from the remembered
         state (:mod:`ngramspec.engine.serving.remembered`)."""
@@ -112,7 +127,7 @@ class ProposeSteps:
         if self._costs is not None:
             costs = np.array(cache._step_costs(self._costs, batch_size, slots.size),
                              np.float64)
-        if cache._done != cache._queued or cache._errors:
+        if cache._due or cache._done != cache._queued or cache._errors:
             cache.synchronize()
         with cache._lock:
             backend = cache._backend
@@ -136,7 +151,7 @@ class ProposeSteps:
             store, cache = self._store, self.cache
             size = int(store.size[slot])
             ctx = store.buf[slot, max(0, size - self._mlen):size]
-            if cache._done != cache._queued or cache._errors:
+            if cache._due or cache._done != cache._queued or cache._errors:
                 cache.synchronize()
             with cache._lock:
                 backend = cache._backend
@@ -164,7 +179,7 @@ class ProposeSteps:
         ``match_insert_one``, or ``match_insert_batch``); ``offsets`` None: one request,
         ``lens`` its total length."""
         cache, mem = self.cache, self._mem
-        if cache._done != cache._queued or cache._errors:
+        if cache._due or cache._done != cache._queued or cache._errors:
             cache.synchronize()
         b = slots.size
         with cache._lock:

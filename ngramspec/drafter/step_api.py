@@ -278,12 +278,10 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
                              "new id")
         return key, v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
 
-    def _count(self, slots: Sequence[int], starts: Sequence[int],
-               into: NgramCache | None = None, wait: bool = True) -> None:
+    def _count(self, slots: Sequence[int], starts: Sequence[int]) -> None:
         """Count once every n-gram of each slot's sequence that ends at its ``start`` or later
-        (up to the trie depth long), into ``into`` (default: the request's own trie, else the
-        shared one; the shared trie's batch in one insert, in batch order); ``wait=False``:
-        ``into``'s counts by its insert thread."""
+        (up to the trie depth long), into the request's own trie, else the shared one (the
+        shared trie's batch in one insert, in batch order)."""
         depth = self.config.trie_depth
         store = self._store
         shared_seqs, shared_from = [], []
@@ -293,8 +291,8 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
                 continue
             lo = max(0, start - depth + 1)
             seq = store.buf[slot, lo:size].copy()
-            target = into if into is not None else self._local[slot]
-            if into is None and target is not None:
+            target = self._local[slot]
+            if target is not None:
                 # The own index's window: full at own_window tokens, it starts again from
                 # the last own_window // 2 (checked before each appended token).
                 window, base = self.config.own_window, self._own_base[slot]
@@ -307,13 +305,11 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
                     cf = 0 if self.config.index_prompt else int(store.plen[slot])
                     lo, start = base, max(base, cf)
                     seq = store.buf[slot, lo:size].copy()
-            if target is None:
+                target._insert_packed(seq, np.array([0, seq.size], np.int64),
+                                      np.array([start - lo], np.int64), wait=True)
+            else:
                 shared_seqs.append(seq)
                 shared_from.append(start - lo)
-            else:
-                target._insert_packed(seq, np.array([0, seq.size], np.int64),
-                                      np.array([start - lo], np.int64),
-                                      wait=wait or into is None)
         if shared_seqs:
             self.cache._insert_packed(
                 np.concatenate(shared_seqs),
@@ -443,11 +439,19 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         key, slot = self._get(rid, "rid")
         cfg = self.config
         if cfg.local_index and cfg.exact_counts:
-            # The shared trie learns the whole request, in its insert thread (O(length x
-            # depth): 30-50 ms at 16k tokens); the next propose waits for it, as SGLang's
-            # worker synchronizes before each batch_get.
-            self._count([slot], [_finish_from(cfg, int(self._store.plen[slot]))],
-                        into=self.cache, wait=False)
+            # The shared trie learns the whole request (O(length x depth): about 5 ms for
+            # 2k tokens), held by the cache until the next propose has drafted, then in its
+            # insert thread: during that step's forward, not on the serving thread before
+            # its drafts.  The propose after waits for it, so no draft depends on the
+            # threads' timing (the compiled replay teaches finished requests at the same
+            # point); any other read of the cache sees it at once.
+            start = _finish_from(cfg, int(self._store.plen[slot]))
+            size = int(self._store.size[slot])
+            if start < size:
+                lo = max(0, start - cfg.trie_depth + 1)
+                self.cache._hold(self._store.buf[slot, lo:size].copy(),
+                                 np.array([0, size - lo], np.int64),
+                                 np.array([start - lo], np.int64))
         del self._slot[key]
         self._local[slot] = None
         self._own_base.pop(slot, None)

@@ -251,6 +251,10 @@ class NgramCorpus:
         self._drafter: Drafter | None = None
         if not self._exact:
             self._drafter = Drafter(cache=self._cache, costs=costs)
+            # Finished requests' counts are queued for the insert thread at batch_put, where
+            # SGLang queues its own inserts (waking the thread inside batch_get would share
+            # the serving thread's core with it while the worker waits for the drafts).
+            self._cache._defer = True
         # Compiled in the background from now on (a server loads its model meanwhile); the
         # first call that runs a kernel waits for what is left.
         self._warming = (Warming(warm_corpus, cfg, backend, costs)
@@ -291,6 +295,7 @@ class NgramCorpus:
         inserts what the requests emitted at the next ``batch_get``: nothing is done here."""
         self._ready()
         if not self._exact:
+            self._cache._release_due()
             return
         packed = _pack_windows(batch_tokens)
         if packed is None:  # anything unusual: the cache's checked path (and its errors)
@@ -299,9 +304,15 @@ class NgramCorpus:
             self._cache._insert_packed(*packed, wait=False)
 
     def synchronize(self) -> None:
-        """Wait until every window queued by ``batch_put`` is in the trie."""
+        """Wait until every window queued by ``batch_put`` is in the trie (beyond SGLang: the
+        counts of the requests finished before the last ``batch_get``; those finished since
+        are taught after the next one drafts)."""
         self._ready()
-        self._cache.synchronize()
+        if self._exact:
+            self._cache.synchronize()
+            return
+        self._cache._release_due()
+        self._cache._wait_queued()
 
     def batch_get(self, req_ids: Sequence[Hashable], batch_tokens: Sequence[Sequence[int]],
                   total_lens: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -454,13 +465,17 @@ class NgramCorpus:
         if len(seqs) != len(keys):
             raise ValueError(f"{len(keys)} req_ids but {len(seqs)} prompts")
         dr = self._drafter
+        new_keys, new_seqs = [], []
         for k, seq in zip(keys, seqs):
             held = self._prompts.get(k)
             if held is not None and held.size == seq.size and np.array_equal(held, seq):
                 continue
             self._prompts[k] = seq
             if dr is not None and k not in dr._slot:  # (in flight: already indexed)
-                dr.prepare(k, seq)
+                new_keys.append(k)
+                new_seqs.append(seq)
+        if new_keys:
+            dr._prepare_many(new_keys, new_seqs)
         if len(self._prompts) > NOTED_MAX:
             flying = set(dr.requests) if dr is not None else set()
             idle = [k for k in self._prompts if k not in flying]

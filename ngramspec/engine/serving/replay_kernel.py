@@ -287,22 +287,6 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
                     pcc[3][:] = 0
         g_mode = loop[L_GMODE]
         clock = loop[L_GCLOCK]
-        # Finish inserts of the requests that finished at the previous step, in batch order:
-        # the shared trie learns the whole request (local_index with exact_counts; of its
-        # prompt the last shared_prompt_window tokens).
-        for f in range(loop[L_NFIN]):
-            r = fin_req[f]
-            plen = p_off[r + 1] - p_off[r]
-            size = plen + o_off[r + 1] - o_off[r]
-            start = 0 if index_prompt else plen
-            if cfg[C_SHARED_PROMPT] >= 0:  # only the prompt's last shared_prompt_window
-                start = max(start, plen - cfg[C_SHARED_PROMPT])
-            lo = max(0, start - depth + 1)
-            _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
-            clock = insert_suffixes(seq[:size - lo], zero, lo, zero, start - lo, depth, capacity,
-                                    g_mode, clock, t, path, pcc, no_row)[1]
-            loop[L_FINLEFT] -= fin_bound[r]
-        loop[L_NFIN] = 0
         # Admission (prefill): the first output token; prefill neither matches nor inserts
         # (the options beyond SGLang index the prompt here).
         while loop[L_NEXT] < n_req and loop[L_NRUN] < conc:
@@ -423,6 +407,24 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
             em_count[at] = e
             em_drafts[at] = used
             em_steps[r] += 1
+        # Finish inserts of the requests that finished at the previous step, in batch order,
+        # once this step's trees are drafted (the Drafter hands them to the cache's insert
+        # thread then, so that they run during the forward, not before the drafts): the
+        # shared trie learns the whole request (local_index with exact_counts; of its
+        # prompt the last shared_prompt_window tokens).
+        for f in range(loop[L_NFIN]):
+            r = fin_req[f]
+            plen = p_off[r + 1] - p_off[r]
+            size = plen + o_off[r + 1] - o_off[r]
+            start = 0 if index_prompt else plen
+            if cfg[C_SHARED_PROMPT] >= 0:  # only the prompt's last shared_prompt_window
+                start = max(start, plen - cfg[C_SHARED_PROMPT])
+            lo = max(0, start - depth + 1)
+            _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
+            clock = insert_suffixes(seq[:size - lo], zero, lo, zero, start - lo, depth, capacity,
+                                    g_mode, clock, t, path, pcc, no_row)[1]
+            loop[L_FINLEFT] -= fin_bound[r]
+        loop[L_NFIN] = 0
         # 0.5.23: the windows matched, in batch order, before appending.
         if windows and stateful:
             for b in range(nrun):

@@ -40,6 +40,11 @@ class RequestStore:
         that its first steps' appends do not grow every row."""
         return prompt_len + 1 + max(256, prompt_len // 4)
 
+    def reserve_rows(self, rows: int) -> None:
+        """Rows for ``rows`` requests at once (one growth, not a doubling per request)."""
+        if rows > self.size.size:
+            self._grow(max(rows, 2 * self.size.size), self.buf.shape[1])
+
     def reserve(self, width: int) -> None:
         if width > self.buf.shape[1]:
             self._grow(self.size.size, max(width, 2 * self.buf.shape[1]))
