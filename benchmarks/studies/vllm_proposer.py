@@ -31,6 +31,8 @@ shared machine: medians of single calls.
     python -m benchmarks.studies.vllm_proposer --k 5 --json out.json
     python -m benchmarks.studies.vllm_proposer --preset recommended
     python -m benchmarks.studies.vllm_proposer --k 5 --concurrency 1 8 48 --costs
+    python -m benchmarks.studies.vllm_proposer --preset recommended --k 5 --length 16384 \
+        --requests 48 --concurrency 1 16 48
 """
 
 from __future__ import annotations
@@ -258,13 +260,14 @@ def vllm_config(k: int, *, max_num_seqs: int, max_model_len: int = MAX_MODEL_LEN
               parallel_config=ns(tensor_parallel_size=1))
 
 
-def ours(k: int, concurrency: int, preset: str | None = None, costs: Any = None) -> Propose:
+def ours(k: int, concurrency: int, preset: str | None = None, costs: Any = None,
+         max_model_len: int = MAX_MODEL_LEN) -> Propose:
     """The proposer's ``propose`` with its default configuration (or ``preset``), cost-aware
     with ``costs``."""
     from ngramspec.integrations.vllm import Proposer
 
-    p = Proposer(vllm_config(k, max_num_seqs=concurrency), config=preset, costs=costs,
-                 environ={})
+    p = Proposer(vllm_config(k, max_num_seqs=concurrency, max_model_len=max_model_len),
+                 config=preset, costs=costs, environ={})
     return p.propose
 
 
@@ -302,25 +305,34 @@ def priced(rows: Sequence[dict], k: int = 5, concurrency: Sequence[int] = (1, 8,
     return out
 
 
-def theirs(k: int, concurrency: int, min_n: int, max_n: int) -> Propose:
+def theirs(k: int, concurrency: int, min_n: int, max_n: int,
+           max_model_len: int = MAX_MODEL_LEN) -> Propose:
     from benchmarks.peers import vllm as peer
 
-    p = peer.ngram_proposer(min_n, max_n, k, MAX_MODEL_LEN, max_num_seqs=concurrency)
+    p = peer.ngram_proposer(min_n, max_n, k, max_model_len, max_num_seqs=concurrency)
     return lambda s, n, c: p.propose(k, s, n, c)
 
 
+def model_len(rows: Sequence[dict]) -> int:
+    """``max_model_len`` that holds every stream whole (at least :data:`MAX_MODEL_LEN`)."""
+    return max([MAX_MODEL_LEN] + [len(r["prompt_ids"]) + len(r["output_ids"]) + 8
+                                  for r in rows])
+
+
 def measure(rows: Sequence[dict], ks: Sequence[int] = KS,
-            concurrency: Sequence[int] = CONCURRENCY, preset: str | None = None) -> dict:
+            concurrency: Sequence[int] = CONCURRENCY, preset: str | None = None,
+            max_model_len: int = MAX_MODEL_LEN) -> dict:
     """{(proposer, k, concurrency): (tokens per step, µs per request per call at that
     concurrency's full batch)}."""
     out = {}
+    m = max_model_len
     for k in ks:
         for c in concurrency:
-            makers = [("ngramspec", lambda: ours(k, c, preset))] + [
-                (label, lambda lo=lo, hi=hi: theirs(k, c, lo, hi))
+            makers = [("ngramspec", lambda: ours(k, c, preset, max_model_len=m))] + [
+                (label, lambda lo=lo, hi=hi: theirs(k, c, lo, hi, m))
                 for label, lo, hi in VLLM_SETTINGS]
             for label, make in makers:
-                run = BatchSim(rows, concurrency=c).run(make(), k)
+                run = BatchSim(rows, concurrency=c, max_model_len=m).run(make(), k)
                 out[(label, k, c)] = (run.tokens_per_step, run.us_per_request(c))
     return out
 
@@ -334,15 +346,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--costs", action="store_true",
                     help="also: predicted speed-ups under two illustrative costs, with the "
                          "cost-aware proposer (k = the first --k)")
+    ap.add_argument("--length", type=int, default=0,
+                    help="prompts lengthened to this many tokens by recorded text in front "
+                    "(a document in the context, as benchmarks/studies/long_context.py does; "
+                    "0: as recorded)")
+    ap.add_argument("--requests", type=int, default=None,
+                    help="the first N streams of the part only (long prompts are slow to run)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     from benchmarks.common import load_rows
+    from benchmarks.studies.long_context import lengthened
 
-    rows = split_streams(load_rows(), part=args.part)
-    res = measure(rows, args.k, args.concurrency, args.preset)
+    rows = split_streams(load_rows(), part=args.part)[:args.requests]
+    if args.length:
+        rows = lengthened(rows, args.length)
+    res = measure(rows, args.k, args.concurrency, args.preset, model_len(rows))
     labels = ["ngramspec"] + [lab for lab, _, _ in VLLM_SETTINGS]
-    print(f"# {len(rows)} {args.part} streams; tokens per verify step (TPS) and propose's CPU "
-          "time per request per call (median us at the concurrency's full batch)")
+    print(f"# {len(rows)} {args.part} streams, prompts "
+          f"{'as recorded' if not args.length else f'of {args.length} tokens'}; tokens per "
+          "verify step (TPS) and propose's CPU time per request per call (median us at the "
+          "concurrency's full batch)")
     head = "k  conc " + "".join(f"{lab:>18}" for lab in labels) + "   TPS ratio vs 5-5 / best vllm"
     print(head)
     for k in args.k:

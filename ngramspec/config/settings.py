@@ -90,7 +90,9 @@ class NgramConfig:
     local_index : bool
         :class:`~ngramspec.Drafter` keeps a per-request index of the request's own prompt and
         output (exact counts of every n-gram up to ``max_trie_depth`` tokens) beside the
-        shared trie, which then receives a request's sequence when it finishes; ADAPTIVE
+        shared trie, which then receives a request's sequence when it finishes (once the
+        next ``propose`` has drafted, in the cache's insert thread: no step waits for it);
+        ADAPTIVE
         drafts from the request's own index first.  Its model is a trie that never evicts;
         the compiled backend holds it as a suffix automaton (``engine/serving/own_index.py``): built
         at admission in well under a microsecond per prompt token, about 100 bytes per

@@ -171,22 +171,34 @@ def _expand_source(ctx, params, t, o, bucket_counts, sc, used, src, cal):
         while True:
             # Push the best `budget` children of `node` (probability, then recency: the trie
             # lists children most recent first, the own index has their last positions).
+            # One pass over the children: their counts sum to the total's floor, and the
+            # best are kept by count (a child's probability is its count times one factor
+            # common to all, so the order is the same), their probabilities computed after.
+            kept = 0
+            s = 0
+            rank = 0
             if o is not None:
                 own_node = node if pos == 0 else o_ed[node, E_TO]  # a transition below
-                total = o_st[own_node, S_CNT] if d + t_lvl[pos] < max_depth else 0
-                s = 0
-                ch = o_st[own_node, S_HEAD]
-                while ch != -1:
-                    s += o_st[o_ed[ch, E_TO], S_CNT]
-                    ch = o_ed[ch, E_NEXT]
-                if d + t_lvl[pos] >= max_depth:  # the trie depth: no children
-                    s = 0
+                total = 0
+                if d + t_lvl[pos] < max_depth:  # (at the trie depth: no children)
+                    total = o_st[own_node, S_CNT]
+                    ch = o_st[own_node, S_HEAD]
+                    while ch != -1:
+                        target = o_ed[ch, E_TO]
+                        cnt = o_st[target, S_CNT]
+                        s += cnt
+                        kept = _top_insert(k_p, k_node, k_key, kept, budget, float(cnt), ch,
+                                           o_st[target, S_LAST])
+                        ch = o_ed[ch, E_NEXT]
             else:
                 total = freq[node] if freq[node] > 0 else 0
-                s = 0
                 ch = c_head[node]
                 while ch != -1:
                     s += freq[ch]
+                    # the list's order is the recency order
+                    kept = _top_insert(k_p, k_node, k_key, kept, budget, float(freq[ch]), ch,
+                                       -rank)
+                    rank += 1
                     ch = c_next[ch]
             if s > total:
                 total = s
@@ -194,23 +206,8 @@ def _expand_source(ctx, params, t, o, bucket_counts, sc, used, src, cal):
                 denom = float(total)
                 if pseudo > 0.0:  # the context continued here: d tokens + the node's level
                     denom = float(total) + pseudo / float(d + t_lvl[pos])
-                kept = 0
-                rank = 0
-                if o is not None:
-                    ch = o_st[own_node, S_HEAD]
-                else:
-                    ch = c_head[node]
-                while ch != -1:
-                    if o is not None:
-                        target = o_ed[ch, E_TO]
-                        p = prob * float(o_st[target, S_CNT]) / denom
-                        key = o_st[target, S_LAST]
-                    else:
-                        p = prob * float(freq[ch]) / denom
-                        key = -rank  # the list's order is the recency order
-                    rank += 1
-                    kept = _top_insert(k_p, k_node, k_key, kept, budget, p, ch, key)
-                    ch = o_ed[ch, E_NEXT] if o is not None else c_next[ch]
+                for j in range(kept):
+                    k_p[j] = prob * k_p[j] / denom
                 # The matched length the child continues, counted from the longest anchor.
                 below = 0
                 if cal.size:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Hashable, Iterable, Sequence
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any
 
 import numpy as np
@@ -53,7 +53,8 @@ SEPARATOR_TOKEN = -(2**31)
 
 _EMPTY = np.zeros(0, np.int64)
 _INT = frozenset((int,))
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+# NumPy 2 refuses a Python int out of a dtype's range where NumPy 1 wrapped it around.
+_FROMITER_REFUSES = int(np.__version__.split(".")[0]) >= 2
 #: Noted prompts of requests not drafted yet that are held at most (see
 #: :meth:`NgramCorpus.note_prompts`): a request aborted during its prefill is never erased.
 NOTED_MAX = 1024
@@ -502,28 +503,76 @@ class NgramCorpus:
             dr.finish(key)  # its prepared prompt, never drafted
 
     def _next_step(self, req_ids, batch_tokens, total_lens):
-        """The common step, without per-request Python work: the same requests as the last
-        draft, in the same order, each continuing it (its emitted tokens the tail of its
-        context, at most a tree's slots); None for anything else, which :meth:`_step` then
-        handles (nothing is changed before a refusal)."""
+        """The common step, without per-request Python work: the requests of the last draft,
+        in the same order, less those that left the batch, each continuing it (its emitted
+        tokens the tail of its context, at most a tree's slots; a departed one's from
+        :meth:`note_finished`, else none); None for anything else, which :meth:`_step` then
+        handles (nothing is changed before a refusal, but the departures without final
+        tokens, which :meth:`_step` would finish first too)."""
         dr = self._drafter
         keys = req_ids if type(req_ids) is list else list(req_ids)
-        if keys != self._last_keys or keys != dr._pend_keys or len(dr._slot) != len(keys) \
+        last = self._last_keys
+        if last is None or last != dr._pend_keys or len(dr._slot) != len(last) or not keys \
                 or not set(map(type, total_lens)) <= _INT:
             return None
         packed = _pack_windows(batch_tokens)
         if packed is None:
             return None
+        n = self.draft_token_num
         lens = np.fromiter(total_lens, np.int64, len(keys))
-        matrix = np.empty((len(keys), self.draft_token_num), np.int32)
-        new = np.empty(len(keys), np.int64)
-        if not kernels("serving.steps").emitted_tails(*packed, lens, self._last_lens, matrix, new):
-            return None
+        steps = kernels("serving.steps")
+        if keys == last:
+            matrix = np.empty((len(keys), n), np.int32)
+            new = np.empty(len(keys), np.int64)
+            if not steps.emitted_tails(*packed, lens, self._last_lens, matrix, new):
+                return None
+            gone: list = []
+            dropped: list = []
+        else:  # departures only (none new, none moved)
+            at = {k: i for i, k in enumerate(last)}
+            rows = [at.get(k, -1) for k in keys]
+            if -1 in rows or any(a >= b for a, b in zip(rows, rows[1:])):
+                return None
+            kept = np.asarray(rows, np.int64)
+            gone = [k for k in last if k not in set(keys)]
+            dropped = [k for k in gone if k not in self._final]
+            finals = {}
+            for k in gone:
+                seq = self._final.get(k)
+                if seq is not None:
+                    got = seq.size - int(self._last_lens[at[k]])
+                    if not 1 <= got <= n:
+                        return None  # not a continuation: _step restarts it
+                    finals[k] = seq[-got:]
+            # the rows accept takes: those pending once the dropped ones are finished
+            pend = [i for i, k in enumerate(last) if k not in dropped]
+            matrix = np.zeros((len(pend), n), np.int32)
+            new = np.empty(len(pend), np.int64)
+            sub_m = np.empty((len(keys), n), np.int32)
+            sub_n = np.empty(len(keys), np.int64)
+            if not steps.emitted_tails(*packed, lens, self._last_lens[kept], sub_m, sub_n):
+                return None
+            where = {i: j for j, i in enumerate(pend)}
+            for j, i in enumerate(rows):
+                matrix[where[i]] = sub_m[j]
+                new[where[i]] = sub_n[j]
+            for k, tail in finals.items():
+                j = where[at[k]]
+                matrix[j, :tail.size] = tail
+                new[j] = tail.size
+            for k in dropped:  # (as _step does first: finished without their last tokens)
+                dr.finish(k)
+                self._forget(k)
         try:
             dr._accept_matrix(matrix, new)
         except ValueError:  # not a path of its tree: _step says so and restarts them
             return None
+        for k in gone:
+            if k not in dropped:
+                dr.finish(k)
+                self._forget(k)
         drafts = dr.propose(keys)
+        self._last_keys = keys.copy() if keys is req_ids else keys
         self._last_lens = lens
         return drafts
 
@@ -601,14 +650,16 @@ def _pack_windows(batch: Any) -> tuple[np.ndarray, np.ndarray] | None:
         lens = [len(s) for s in batch]
         if not lens or 0 in lens:
             return None
-        flat = np.fromiter(chain.from_iterable(batch), np.int64, sum(lens))
+        if _FROMITER_REFUSES:  # (a Python int outside int32 raises: no range pass after)
+            flat = np.fromiter(chain.from_iterable(batch), np.int32, sum(lens))
+        else:
+            wide = np.fromiter(chain.from_iterable(batch), np.int64, sum(lens))
+            if wide.min() < -(2**31) or wide.max() > 2**31 - 1:
+                return None
+            flat = wide.astype(np.int32)
     except (TypeError, ValueError, OverflowError):
         return None
-    if flat.size and (flat.min() < _INT32_MIN or flat.max() > _INT32_MAX):
-        return None
-    offsets = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    return flat.astype(np.int32), offsets
+    return flat, np.fromiter(accumulate(lens, initial=0), np.int64, len(lens) + 1)
 
 
 def warm_corpus(config: NgramConfig, backend: str = "numba", costs: Any = None) -> None:

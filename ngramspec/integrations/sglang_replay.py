@@ -90,12 +90,12 @@ def replay_worker(corpus: Any, prompts: Sequence[Sequence[int]],
         if hooks:
             if joined:
                 corpus.note_prompts([f"r{r}" for r in joined], [prompts[r] for r in joined])
-        if joined and forward is not None:
-            forward("prefill", sum(int(prompts[r].size) for r in joined))
             if departed:
                 corpus.note_finished([f"r{r}" for r in departed],
                                      [np.concatenate([prompts[r], outputs[r][:done[r]]])
                                       for r in departed])
+        if joined and forward is not None:
+            forward("prefill", sum(int(prompts[r].size) for r in joined))
         ids = [f"r{r}" for r in running]
         windows = []
         for r in running:

@@ -17,7 +17,9 @@ tries can grow between chunks).  What is matched, inserted where and when is exa
   n-gram occurrence counted once as its last token arrives (``exact_counts`` without
   ``local_index``: into the shared trie); ``local_index``: one own trie per concurrency slot,
   reset at admission and growing on demand, and the shared trie receives the request's whole
-  sequence when it finishes (with ``exact_counts``) or SGLang's windows every step (without).
+  sequence when it finishes (with ``exact_counts``: once the next step's trees are drafted, as
+  the ``Drafter`` hands it to the insert thread then) or SGLang's windows every step
+  (without).
 
 Inserts use the trie's one insert (:func:`~ngramspec.engine.trie.insert_suffixes`) with its
 two shortcuts that change no result (see its docstring).  Greedy verification against a
