@@ -72,20 +72,20 @@ class PrepareSteps:
         build = self._mem is not None and self.config.local_index
         if self._mem is not None:
             self._mem.grow(store.size.size)
-        if build and self._indexer is None:
-            from concurrent.futures import ThreadPoolExecutor
+        if build:
+            from concurrent.futures import Future, ThreadPoolExecutor
 
-            self._indexer = ThreadPoolExecutor(1, thread_name_prefix="ngramspec-index")
-        rows = []
+            if self._indexer is None:
+                self._indexer = ThreadPoolExecutor(1, thread_name_prefix="ngramspec-index")
+        jobs = []
         for key, prompt in checked:
-            self._prepared[key] = (prompt, None)
-            if build:
-                rows.append((key, prompt, np.ascontiguousarray(prompt, np.int32)))
-        count_all = self.config.index_prompt
-        for key, prompt, row in rows:
-            job = self._indexer.submit(self._mem.build, row, row.size,
-                                       0 if count_all else prompt.size, row.size + 1)
+            job = Future() if build else None
             self._prepared[key] = (prompt, job)
+            if build:
+                jobs.append((job, np.ascontiguousarray(prompt, np.int32)))
+        if jobs:  # one hand-over for all of them, built in order
+            self._indexer.submit(_build_all, self._mem, jobs,
+                                 not self.config.index_prompt)
 
     def _take_prepared(self, key: Hashable, prompt: np.ndarray) -> Any:
         """The own index :meth:`prepare` built for ``key``'s ``prompt`` (None: none, or one of
@@ -104,3 +104,17 @@ class PrepareSteps:
         if got is not None and got[1] is not None:
             got[1].cancel()
         return got is not None
+
+
+def _build_all(mem: Any, jobs: list, prompt_uncounted: bool) -> None:
+    """The indexing thread's work for one :meth:`PrepareSteps._prepare_many`: each prompt's
+    own index into its future, in order (a cancelled one skipped, a failure kept in its
+    future for :meth:`~ngramspec.Drafter.add_request` to raise)."""
+    for job, row in jobs:
+        if not job.set_running_or_notify_cancel():
+            continue
+        try:
+            job.set_result(mem.build(row, row.size, row.size if prompt_uncounted else 0,
+                                     row.size + 1))
+        except BaseException as e:  # raised where the request is added
+            job.set_exception(e)

@@ -171,6 +171,7 @@ class Remembered:
         self.window = config.own_window
         # The own indexes' bundles (a placeholder of their type without local_index).
         self.owns: list[OwnIndexArrays] = []
+        self._empty: OwnIndexArrays | None = None
         self.trie_list = _typed_list(OwnIndexArrays(depth, self.window, 1).bundle)
         if self.local:
             self.trie_list = None
@@ -198,14 +199,16 @@ class Remembered:
         self.rows = rows
         if not self.local:
             return
-        # Own indexes start small: each is sized from its request's length at admission.
+        # A row's own index is built at its request's admission (start): until then the
+        # row holds one empty index shared by all such rows, which nothing reads or writes.
+        if self._empty is None:
+            self._empty = OwnIndexArrays(self.depth, self.window, 1)
         for _ in range(old, rows):
-            o = OwnIndexArrays(self.depth, self.window, 1)
-            self.owns.append(o)
+            self.owns.append(self._empty)
             if self.trie_list is None:
-                self.trie_list = _typed_list(o.bundle)
+                self.trie_list = _typed_list(self._empty.bundle)
             else:
-                _append(self.trie_list, o.bundle)
+                _append(self.trie_list, self._empty.bundle)
 
     def grow(self, rows: int) -> None:
         """Room for ``rows`` slots."""
@@ -249,11 +252,17 @@ class Remembered:
         m = int(size[slot])
         if built is None:
             built = self.build(buf[slot], m, count)
-        else:
-            while own_append(built.bundle, buf[slot], m, 0) < m:
+        else:  # (entry points: the types never vary; a server adds many at once)
+            args = (built.bundle, buf[slot], m, 0)
+            while self._entry("own_append", own_append, args)(*args) < m:
                 built.make_room()
+                args = (built.bundle,) + args[1:]
         self.owns[slot] = built
-        _set(self.trie_list, slot, built.bundle)
+        if _jit_on():
+            args = (self.trie_list, slot, built.bundle)
+            self._entry("list_set", _list_set, args)(*args)
+        else:
+            self.trie_list[slot] = built.bundle
 
     def make_room(self, slot: int) -> None:
         """``slot``'s own index stopped short of an append: grow it."""

@@ -50,12 +50,14 @@ class RequestStore:
             self._grow(self.size.size, max(width, 2 * self.buf.shape[1]))
 
     def _grow(self, rows: int, width: int) -> None:
-        old_rows, old_width = self.buf.shape
-        for name in ("buf", "steps"):
-            # Uninitialised beyond the old rows: a row is read only up to its size (buf) or
-            # its step count (steps), both written first (no zero fill, no page touched).
+        old_rows = self.buf.shape[0]
+        for name, used in (("buf", self.size), ("steps", self.nsteps)):
+            # Uninitialised beyond what rows use: a row is read only up to its size (buf) or
+            # its step count (steps), both written first (no zero fill, no page touched, and
+            # only the used columns copied: a free row's size is 0 or its last request's).
             grown = np.empty((rows, width), np.int32)
-            grown[:old_rows, :old_width] = getattr(self, name)
+            top = int(used.max()) if used.size else 0
+            grown[:old_rows, :top] = getattr(self, name)[:, :top]
             setattr(self, name, grown)
         for name in ("size", "nsteps", "plen"):
             grown = np.zeros(rows, np.int64)
