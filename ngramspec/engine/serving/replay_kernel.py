@@ -124,6 +124,31 @@ def _gather(p_flat, p_off, o_flat, o_off, r, lo, hi, dst):
             dst[i - lo] = o_flat[o_off[r] + i - plen]
 
 
+@jit
+def _teach_finished(p_flat, p_off, o_flat, o_off, cfg, loop, fin_req, fin_bound, seq, t, path,
+                    pcc, g_mode, clock):
+    """The finish inserts pending (``fin_req[:loop[L_NFIN]]``), in order: the shared trie
+    learns each whole request (``local_index`` with ``exact_counts``; of its prompt the last
+    ``shared_prompt_window`` tokens).  Returns the LRU clock after them."""
+    depth, capacity = cfg[C_DEPTH], cfg[C_CAP]
+    index_prompt = cfg[C_PROMPT] != 0
+    zero, no_row = np.int64(0), np.int64(-1)
+    for f in range(loop[L_NFIN]):
+        r = fin_req[f]
+        plen = p_off[r + 1] - p_off[r]
+        size = plen + o_off[r + 1] - o_off[r]
+        start = 0 if index_prompt else plen
+        if cfg[C_SHARED_PROMPT] >= 0:  # only the prompt's last shared_prompt_window
+            start = max(start, plen - cfg[C_SHARED_PROMPT])
+        lo = max(0, start - depth + 1)
+        _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
+        clock = insert_suffixes(seq[:size - lo], zero, lo, zero, start - lo, depth, capacity,
+                                g_mode, clock, t, path, pcc, no_row)[1]
+        loop[L_FINLEFT] -= fin_bound[r]
+    loop[L_NFIN] = 0
+    return clock
+
+
 @jit_inline
 def _adaptive_tree(ctx, row, local, local_tries, a_params, t, bucket_counts, asc, out_tokens,
                    out_mask, out_prob, cal):
@@ -327,7 +352,9 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
                                         g_mode, clock, t, path, pcc, no_row)[1]
         loop[L_GCLOCK] = clock
         nrun = loop[L_NRUN]
-        if nrun == 0:
+        if nrun == 0:  # the last finished requests, as a read of the Drafter's cache would
+            loop[L_GCLOCK] = _teach_finished(p_flat, p_off, o_flat, o_off, cfg, loop, fin_req,
+                                             fin_bound, seq, t, path, pcc, g_mode, clock)
             return DONE
         # Contexts: the last match-length tokens of prompt + output so far, batch order.
         for b in range(nrun):
@@ -411,22 +438,9 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
             em_steps[r] += 1
         # Finish inserts of the requests that finished at the previous step, in batch order,
         # once this step's trees are drafted (the Drafter hands them to the cache's insert
-        # thread then, so that they run during the forward, not before the drafts): the
-        # shared trie learns the whole request (local_index with exact_counts; of its
-        # prompt the last shared_prompt_window tokens).
-        for f in range(loop[L_NFIN]):
-            r = fin_req[f]
-            plen = p_off[r + 1] - p_off[r]
-            size = plen + o_off[r + 1] - o_off[r]
-            start = 0 if index_prompt else plen
-            if cfg[C_SHARED_PROMPT] >= 0:  # only the prompt's last shared_prompt_window
-                start = max(start, plen - cfg[C_SHARED_PROMPT])
-            lo = max(0, start - depth + 1)
-            _gather(p_flat, p_off, o_flat, o_off, r, lo, size, seq)
-            clock = insert_suffixes(seq[:size - lo], zero, lo, zero, start - lo, depth, capacity,
-                                    g_mode, clock, t, path, pcc, no_row)[1]
-            loop[L_FINLEFT] -= fin_bound[r]
-        loop[L_NFIN] = 0
+        # thread then, so that they run during the forward, not before the drafts).
+        clock = _teach_finished(p_flat, p_off, o_flat, o_off, cfg, loop, fin_req, fin_bound,
+                                seq, t, path, pcc, g_mode, clock)
         # 0.5.23: the windows matched, in batch order, before appending.
         if windows and stateful:
             for b in range(nrun):
