@@ -526,15 +526,14 @@ class NgramCorpus:
             new = np.empty(len(keys), np.int64)
             if not steps.emitted_tails(*packed, lens, self._last_lens, matrix, new):
                 return None
-            gone: list = []
-            dropped: list = []
+            finals: dict = {}
         else:  # departures only (none new, none moved)
             at = {k: i for i, k in enumerate(last)}
             rows = [at.get(k, -1) for k in keys]
             if -1 in rows or any(a >= b for a, b in zip(rows, rows[1:])):
                 return None
-            kept = np.asarray(rows, np.int64)
-            gone = [k for k in last if k not in set(keys)]
+            staying = set(keys)
+            gone = [k for k in last if k not in staying]
             dropped = [k for k in gone if k not in self._final]
             finals = {}
             for k in gone:
@@ -544,20 +543,21 @@ class NgramCorpus:
                     if not 1 <= got <= n:
                         return None  # not a continuation: _step restarts it
                     finals[k] = seq[-got:]
-            # the rows accept takes: those pending once the dropped ones are finished
-            pend = [i for i, k in enumerate(last) if k not in dropped]
-            matrix = np.zeros((len(pend), n), np.int32)
-            new = np.empty(len(pend), np.int64)
+            # accept takes the rows pending once the dropped ones are finished, in order
+            lost = set(dropped)
+            pend = np.array([i for i, k in enumerate(last) if k not in lost], np.int64)
+            kept = np.asarray(rows, np.int64)
             sub_m = np.empty((len(keys), n), np.int32)
             sub_n = np.empty(len(keys), np.int64)
             if not steps.emitted_tails(*packed, lens, self._last_lens[kept], sub_m, sub_n):
                 return None
-            where = {i: j for j, i in enumerate(pend)}
-            for j, i in enumerate(rows):
-                matrix[where[i]] = sub_m[j]
-                new[where[i]] = sub_n[j]
+            matrix = np.zeros((pend.size, n), np.int32)
+            new = np.empty(pend.size, np.int64)
+            into = np.searchsorted(pend, kept)
+            matrix[into] = sub_m
+            new[into] = sub_n
             for k, tail in finals.items():
-                j = where[at[k]]
+                j = int(np.searchsorted(pend, at[k]))
                 matrix[j, :tail.size] = tail
                 new[j] = tail.size
             for k in dropped:  # (as _step does first: finished without their last tokens)
@@ -567,10 +567,9 @@ class NgramCorpus:
             dr._accept_matrix(matrix, new)
         except ValueError:  # not a path of its tree: _step says so and restarts them
             return None
-        for k in gone:
-            if k not in dropped:
-                dr.finish(k)
-                self._forget(k)
+        for k in finals:  # (departures with their final tokens: accepted, then gone)
+            dr.finish(k)
+            self._forget(k)
         drafts = dr.propose(keys)
         self._last_keys = keys.copy() if keys is req_ids else keys
         self._last_lens = lens

@@ -12,10 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ngramspec.engine.serving.own_index import (E_NEXT, E_TOK, S_CNT, S_HEAD, S_LAST, S_LEN,
-                                                S_LINK, OwnIndexArrays, own_append, own_build,
-                                                own_count_built, own_rebuilds, own_reset,
-                                                own_state_of, own_tail)
+from ngramspec.engine.serving.own_index import (E_NEXT, E_TOK, S_CNT, S_HEAD, S_LAST, OwnIndexArrays,
+                                        own_append, own_rebuilds, own_reset, own_state_of,
+                                        own_tail)
 from ngramspec.engine.serving.own_index import _target
 
 
@@ -91,41 +90,6 @@ def test_the_own_index_counts_every_ngram_of_its_window(depth, vocab, n, seed, c
         pos = min(n, pos + int(rng.integers(1, 8)))
         _append(o, row, pos, through_offset)
         _check_against_brute_force(o, row, count_from, depth)
-
-
-@settings(max_examples=150, deadline=None)
-@given(depth=st.integers(1, 6), vocab=st.integers(1, 4), n=st.integers(0, 90),
-       more=st.integers(0, 30), seed=st.integers(0, 2**32 - 1), counted_prompt=st.booleans())
-def test_a_built_index_is_the_appended_one(depth, vocab, n, more, seed, counted_prompt):
-    """own_build + own_count_built (admission's fast build) give the automaton own_append
-    gives, state for state, with the same counts and last positions on every state of
-    strings of at most ``depth`` tokens (the only ones read; the appended index leaves the
-    others' stale) and the same tail; appends after it keep the brute-force counts."""
-    rng = np.random.default_rng(seed)
-    row = rng.integers(0, vocab, n + more).astype(np.int32)
-    count_from = 0 if counted_prompt else int(rng.integers(0, n + 1))
-    base = max(0, count_from - depth + 1)
-    n = max(n, base)
-    built, appended = OwnIndexArrays(depth, 10**6, tokens=1), OwnIndexArrays(depth, 10**6, 1)
-    for o in (built, appended):
-        own_reset(o.bundle, base, count_from)
-    while own_build(built.bundle, row, n, 0) < n:
-        built.make_room()
-    own_count_built(built.bundle)
-    _append(appended, row, n, False)
-    assert (built.meta == appended.meta).all()
-    states = int(built.meta[0])
-    assert (built.st[:states, [S_LEN, S_LINK, S_HEAD]] ==
-            appended.st[:states, [S_LEN, S_LINK, S_HEAD]]).all()
-    edges = int(built.meta[1])
-    assert (built.ed[:edges] == appended.ed[:edges]).all()
-    read = built.st[built.st[:states, S_LINK], S_LEN] < depth
-    read[0] = True
-    assert (built.st[:states][read][:, [S_CNT, S_LAST]] ==
-            appended.st[:states][read][:, [S_CNT, S_LAST]]).all()
-    _check_against_brute_force(built, row, count_from, depth)
-    _append(built, row, n + more, False)
-    _check_against_brute_force(built, row, count_from, depth)
 
 
 def test_a_full_window_starts_again_from_its_last_half():

@@ -42,8 +42,7 @@ import numpy as np
 
 from ..._jit import jit
 
-__all__ = ["OwnIndex", "OwnIndexArrays", "own_append", "own_build", "own_count_built",
-           "own_rebuilds", "own_reset",
+__all__ = ["OwnIndex", "OwnIndexArrays", "own_append", "own_rebuilds", "own_reset",
            "own_state_of", "own_tail", "S_LEN", "S_LINK", "S_CNT", "S_LAST", "S_HEAD",
            "E_TOK", "E_TO", "E_NEXT"]
 
@@ -270,13 +269,12 @@ def _new_state(st, meta, length, link, cnt, last):
 
 
 @jit
-def _sam_step(st, ed, rh, meta, c, pos, cnt, inherit):
-    """Append token ``c`` at row position ``pos`` to the automaton's structure (Blumer et
-    al.'s online construction): the new state gets count ``cnt`` and last position ``pos``; a
-    split state's clone takes its count and last position (``inherit``) or 0 and -1.  Returns
-    the split state and its clone (-1, -1: none)."""
+def _extend(st, ed, rh, meta, c, pos, counted):
+    """Append token ``c`` at row position ``pos`` (Blumer et al.'s online construction), then
+    count it: every state holding a suffix of at most ``D`` tokens gains the end ``pos``."""
+    depth = meta[O_DEPTH]
     last = meta[O_LAST]
-    cur = _new_state(st, meta, st[last, S_LEN] + 1, 0, cnt, pos)
+    cur = _new_state(st, meta, st[last, S_LEN] + 1, 0, 0, pos)
     p = last
     q = -1
     while p != -1:  # (each state's list scanned once: the look-up that finds q keeps it)
@@ -290,11 +288,8 @@ def _sam_step(st, ed, rh, meta, c, pos, cnt, inherit):
         if st[p, S_LEN] + 1 == st[q, S_LEN]:
             st[cur, S_LINK] = q
         else:
-            if inherit:
-                clone = _new_state(st, meta, st[p, S_LEN] + 1, st[q, S_LINK], st[q, S_CNT],
-                                   st[q, S_LAST])
-            else:
-                clone = _new_state(st, meta, st[p, S_LEN] + 1, st[q, S_LINK], 0, -1)
+            clone = _new_state(st, meta, st[p, S_LEN] + 1, st[q, S_LINK], st[q, S_CNT],
+                               st[q, S_LAST])
             e = st[q, S_HEAD]
             while e != -1:
                 _add(st, ed, rh, meta, clone, ed[e, E_TOK], ed[e, E_TO])
@@ -312,15 +307,6 @@ def _sam_step(st, ed, rh, meta, c, pos, cnt, inherit):
             st[cur, S_LINK] = clone
             split = q
     meta[O_LAST] = cur
-    return split, clone
-
-
-@jit
-def _extend(st, ed, rh, meta, c, pos, counted):
-    """Append token ``c`` at row position ``pos``, then count it: every state holding a
-    suffix of at most ``D`` tokens gains the end ``pos``."""
-    depth = meta[O_DEPTH]
-    split, clone = _sam_step(st, ed, rh, meta, c, pos, 0, True)
     # The state of the old suffix of `tl` tokens (moved to the clone if it was split off),
     # then the new suffix of tl + 1 <= D tokens one transition on.
     t, tl = meta[O_TAIL], meta[O_TAIL_LEN]
@@ -395,60 +381,6 @@ def own_append(o, row, stop, off):
         pos += 1
         meta[O_END] = pos
     return pos
-
-
-@jit
-def own_build(o, row, stop, off):
-    """:func:`own_append` of a new index's first tokens (the window not full at ``stop``),
-    faster: the automaton's structure alone, each new state counted once for its own end;
-    :func:`own_count_built` then sums the counts and last positions over suffix links,
-    once (O(states), where each append walks up to ``D`` states).  Resumable as
-    :func:`own_append`: returns the position reached."""
-    st, ed, rh, meta = o
-    pos = meta[O_END]
-    count_from = meta[O_COUNT_FROM]
-    while pos < stop:
-        c = row[pos - off]
-        if not _room(st, ed, rh, meta, c):
-            return pos
-        _sam_step(st, ed, rh, meta, c, pos, 1 if pos >= count_from else 0, False)
-        pos += 1
-        meta[O_END] = pos
-    return pos
-
-
-@jit
-def own_count_built(o):
-    """After :func:`own_build`: each state's count (its end positions from ``count_from``
-    on) and last position (its latest end) from the states below it by suffix links,
-    longest first; then the tail.  Every state then holds what :func:`own_append` would
-    have given it (exactly so for the states of strings of at most ``D`` tokens, the only
-    ones read)."""
-    st, ed, rh, meta = o
-    n_states = meta[O_STATES]
-    top = st[meta[O_LAST], S_LEN]
-    start = np.zeros(top + 2, np.int64)
-    for x in range(n_states):  # a counting sort by length, longest first
-        start[top - st[x, S_LEN] + 1] += 1
-    for k in range(1, top + 2):
-        start[k] += start[k - 1]
-    order = np.empty(n_states, np.int32)
-    for x in range(n_states):
-        k = top - st[x, S_LEN]
-        order[start[k]] = x
-        start[k] += 1
-    for i in range(n_states):
-        x = order[i]
-        link = st[x, S_LINK]
-        if link > 0:
-            st[link, S_CNT] += st[x, S_CNT]
-            if st[x, S_LAST] > st[link, S_LAST]:
-                st[link, S_LAST] = st[x, S_LAST]
-    st[0, S_CNT] = 0
-    st[0, S_LAST] = -1
-    d = min(meta[O_END] - meta[O_BASE], meta[O_DEPTH] - 1)
-    meta[O_TAIL] = own_state_of(st, meta[O_LAST], d) if d > 0 else 0
-    meta[O_TAIL_LEN] = d
 
 
 @jit

@@ -37,8 +37,7 @@ from .replay import _list_append, _list_of, _list_set  # the replay's typed-list
 from ..batch import match_one, match_pooled
 from .steps import ACCEPTED, accept_rows
 from ..tree import BUCKET_COUNTS
-from .own_index import (OwnIndex, OwnIndexArrays, own_append, own_build, own_count_built,
-                        own_reset)
+from .own_index import OwnIndex, OwnIndexArrays, own_append, own_reset
 from ..trie import (LRU_LIST, LRU_STAMPS, M_EPOCH, M_SIZE, TrieArrays, build_lru, in_use,
                    insert_suffixes, unpack)
 
@@ -235,10 +234,6 @@ class Remembered:
         base = max(0, count - self.depth + 1)
         o.grow(min(max(stop - base, 1), self.window))
         own_reset(o.bundle, base, count)
-        if stop - base <= self.window:  # (the automaton first, its counts in one pass)
-            while own_build(o.bundle, row, stop, 0) < stop:
-                o.make_room()
-            own_count_built(o.bundle)
         while own_append(o.bundle, row, stop, 0) < stop:
             o.make_room()
         o.reserve(max(1024, ((stop if total is None else total) - base) // 4))
