@@ -22,7 +22,8 @@ import numpy as np
 
 from .model import CostModel
 
-__all__ = ["CostTable", "CostTableError", "Cost", "csv_text", "DRAFTING_MARK"]
+__all__ = ["CostTable", "CostTableError", "Cost", "csv_text", "DRAFTING_MARK", "add_cost_table_flags",
+           "read_cost_table"]
 
 COLUMNS = ("batch", "tokens", "ms")
 
@@ -381,3 +382,25 @@ class _Row(dict):
     def __init__(self, data: Mapping, where: str) -> None:
         super().__init__(data)
         self.where = where
+
+
+# --- the command-line form ------------------------------------------------------------------
+
+
+def add_cost_table_flags(group: Any) -> None:
+    """``--cost-table FILE`` and ``--extrapolate``, as every command that reads a table takes
+    them (an ``argparse`` parser or argument group)."""
+    group.add_argument("--cost-table", metavar="FILE",
+                       help="CSV (batch,tokens,ms) or JSON of measured forward times, e.g. "
+                            "from ngramspec calibrate")
+    group.add_argument("--extrapolate", action="store_true",
+                       help="extend the cost table linearly beyond its measured grid "
+                            "(default: an error naming the missing point)")
+
+
+def read_cost_table(args: Any) -> CostTable:
+    """``--cost-table`` read (parsed arguments of :func:`add_cost_table_flags`), its errors
+    naming the command line's flags."""
+    table = CostTable.read(args.cost_table, extrapolate=args.extrapolate)
+    table.extrapolation_words = "--extrapolate"
+    return table

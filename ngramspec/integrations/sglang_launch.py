@@ -2,7 +2,8 @@
 SGLang, and only inside its functions.
 
 ``ngramspec sglang-launch --preset recommended -- --model-path M ...`` (or ``python -m
-ngramspec.integrations.sglang_launch ...``) resolves the configuration, adds the server
+ngramspec.integrations.sglang_launch ...``) resolves the configuration as every ngramspec
+command does (:mod:`ngramspec.config.flags`), adds the server
 arguments that :meth:`~ngramspec.NgramConfig.to_sglang_args` gives with ``plugin=True``,
 hands the configuration to every process of the server in the environment variable
 :data:`ENV_CONFIG` (TOML text) and runs ``sglang.launch_server``.  The scheduler runs in a
@@ -269,6 +270,10 @@ PLUGIN_NOTE = ("settings beyond SGLang: " + ENV_CONFIG + " carries them, and SGL
                "entry point (group sglang.srt.plugins) switches ngramspec's drafter on in the "
                "server's processes, so ngramspec must be installed in the server's Python "
                "environment")
+#: What the launcher says without ``--preset`` and ``--config``: the defaults of every
+#: ngramspec command, SGLang's own.
+DEFAULT_NOTE = ("no --preset or --config: SGLang's server defaults (preset sglang, as in every "
+                "ngramspec command); --preset recommended runs ngramspec's drafter")
 #: The one line said when SGLang cannot be imported (and ``--print-args`` is not given).
 NO_SGLANG = ("sglang-launch needs SGLang 0.5.23 in this environment (pip install "
              "'sglang==0.5.23'); --print-args prints the command without it")
@@ -289,32 +294,27 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    from ..config import PRESETS
+    from ..config.flags import add_config_flags
+    from ..costs.table import add_cost_table_flags
 
     parser = _Parser(
         prog="ngramspec sglang-launch",
         description="Run SGLang's server (python -m sglang.launch_server ARGS) with "
-                    "ngramspec's NGRAM drafter; SGLang's arguments follow '--'.")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--preset", choices=PRESETS, default=None,
-                       help="a named configuration (default: recommended)")
-    group.add_argument("--config", metavar="FILE", help="a TOML configuration file (a "
-                       "sweep's winner must have been ranked with --engine sglang)")
+                    "ngramspec's NGRAM drafter; SGLang's arguments follow '--'.  The "
+                    "settings flags are those of ngramspec simulate, with its defaults "
+                    "(SGLang's own without --preset or --config).")
+    add_config_flags(parser)
     parser.add_argument("--print-args", action="store_true",
                         help="print SGLang's command line, ready to paste, and exit (nothing "
                              "is started; SGLang need not be installed)")
     budget = parser.add_argument_group(
         "draft_token_num from your costs (the slots per request SGLang verifies every step)")
-    budget.add_argument("--cost-table", metavar="FILE",
-                        help="measured forward times (batch,tokens,ms; e.g. from ngramspec "
-                             "calibrate): choose draft_token_num for them")
+    add_cost_table_flags(budget)
     budget.add_argument("--concurrency", type=int, metavar="C",
                         help="requests decoded together in your server (with --cost-table)")
     budget.add_argument("--streams", nargs="+", metavar="FILE",
                         help="recorded streams like your traffic (default: the corpus "
                              "shipped with ngramspec)")
-    budget.add_argument("--extrapolate", action="store_true",
-                        help="extend the cost table linearly beyond its measured grid")
     budget.add_argument("--force", action="store_true",
                         help="launch even where speculation is predicted not to pay")
     return parser
@@ -363,17 +363,18 @@ def _need_sglang() -> None:
 
 
 def _read_config(opts: argparse.Namespace) -> Any:
-    """The configuration to launch; a sweep's winner must have been ranked for SGLang."""
+    """The configuration to launch, read as every command reads one (the preset, the file
+    over it, the flags on top: :mod:`ngramspec.config.flags`); a sweep's winner must have
+    been ranked for SGLang."""
     from pathlib import Path
 
-    from ..config import NgramConfig
+    from ..config.flags import base_options, config_options, make_config
     from ..config.toml import read_ranking
 
+    cfg = make_config(base_options(opts), config_options(opts), opts)
     if opts.config is None:
-        return NgramConfig.preset(opts.preset or "recommended")
-    path = Path(opts.config)
-    cfg = NgramConfig.from_toml(path)
-    ranking = read_ranking(path)
+        return cfg
+    ranking = read_ranking(Path(opts.config))
     engine = None if ranking is None else ranking.get("engine")
     if ranking is not None and engine != "sglang":
         how = {"custom": "priced as a custom loop (real ADAPTIVE trees, plain decodes), not "
@@ -387,11 +388,18 @@ def _read_config(opts: argparse.Namespace) -> Any:
     return cfg
 
 
-def _default_slots(cfg: Any, theirs: list[str]) -> tuple[Any, str]:
-    """``--preset recommended`` without a cost table: :data:`~ngramspec.sweep.budget.
-    SGLANG_SLOTS` slots, or those given to SGLang."""
+def _slots(cfg: Any, opts: argparse.Namespace, theirs: list[str]) -> tuple[Any, str | None]:
+    """``draft_token_num`` without a cost table or a file: ``--draft-token-num`` or SGLang's
+    own flag as given (not both), else :data:`~ngramspec.sweep.budget.SGLANG_SLOTS` for
+    ``--preset recommended`` (its 16 are for a custom loop) and the preset's own otherwise;
+    the note to print (None: nothing to say)."""
     from ..sweep.budget import SGLANG_SLOTS
 
+    if opts.draft_token_num is not None:
+        if _SLOTS_FLAG in theirs:
+            raise LaunchError(f"{_SLOTS_FLAG} (after '--') and --draft-token-num both set the "
+                              "slots per request: give one")
+        return cfg, f"draft_token_num {cfg.draft_token_num}: as given (--draft-token-num)"
     if _SLOTS_FLAG in theirs:
         i = theirs.index(_SLOTS_FLAG)
         text = theirs[i + 1] if i + 1 < len(theirs) else ""
@@ -402,6 +410,8 @@ def _default_slots(cfg: Any, theirs: list[str]) -> tuple[Any, str]:
             detail = "not an integer" if not text.lstrip("-").isdigit() else str(e)
             raise LaunchError(f"{_SLOTS_FLAG} {text!r}: {detail}") from None
         return cfg, f"draft_token_num {n}: as given ({_SLOTS_FLAG})"
+    if opts.preset != "recommended":
+        return cfg, None
     return cfg.replace(draft_token_num=SGLANG_SLOTS), (
         f"draft_token_num {SGLANG_SLOTS}: the slots per request SGLang verifies at every step "
         f"(recommended() has {cfg.draft_token_num} for a custom loop; docs/sglang.md); "
@@ -433,13 +443,17 @@ def _choose_budget(opts: argparse.Namespace, cfg: Any) -> tuple[BudgetChoice, li
 
 
 def launch(argv: list[str]) -> int:
-    """``ngramspec sglang-launch [--preset NAME | --config FILE] [--cost-table T --concurrency
-    C [--streams FILE ...] [--extrapolate] [--force]] [--print-args] -- ARGS``: run
-    ``sglang.launch_server ARGS`` with the configuration's flags and, for settings beyond
-    SGLang, ngramspec's drafter.
+    """``ngramspec sglang-launch [--preset NAME] [--config FILE] [--FIELD VALUE ...]
+    [--cost-table T --concurrency C [--streams FILE ...] [--extrapolate] [--force]]
+    [--print-args] -- ARGS``: run ``sglang.launch_server ARGS`` with the configuration's flags
+    and, for settings beyond SGLang, ngramspec's drafter.
 
-    ``--cost-table`` chooses ``draft_token_num`` (:func:`ngramspec.sweep.budget.best_budget`);
-    without it ``--preset recommended`` sends :data:`ngramspec.sweep.budget.SGLANG_SLOTS`.
+    The configuration is read as ``ngramspec simulate`` reads it (:mod:`ngramspec.config.
+    flags`: the preset, the file over it, one flag per field on top; without ``--preset`` and
+    ``--config``, SGLang's server defaults).  ``--cost-table`` chooses ``draft_token_num``
+    (:func:`ngramspec.sweep.budget.best_budget`); without it ``--preset recommended`` sends
+    :data:`ngramspec.sweep.budget.SGLANG_SLOTS` unless ``--draft-token-num`` or SGLang's
+    ``--speculative-num-draft-tokens`` gives a number.
     SGLang-exact settings run on SGLang's own drafter (no variable, nothing installed).
 
     Returns
@@ -456,17 +470,24 @@ def launch(argv: list[str]) -> int:
         if opts.cost_table is not None and _SLOTS_FLAG in theirs:
             raise LaunchError(f"{_SLOTS_FLAG} (after '--') and --cost-table both set the slots "
                               "per request: give one")
+        if opts.cost_table is not None and opts.draft_token_num is not None:
+            raise LaunchError("--draft-token-num and --cost-table both set the slots per "
+                              "request: give one")
         if not opts.print_args:
             _need_sglang()
         cfg = _read_config(opts)
         notes: list[str] = []
+        if opts.preset is None and opts.config is None:
+            notes.append(DEFAULT_NOTE)
         choice = None
         if opts.cost_table is not None:
-            choice, notes = _choose_budget(opts, cfg)
+            choice, lines = _choose_budget(opts, cfg)
+            notes += lines
             cfg = choice.config
-        elif opts.config is None and (opts.preset or "recommended") == "recommended":
-            cfg, note = _default_slots(cfg, theirs)
-            notes.append(note)
+        elif opts.config is None:
+            cfg, note = _slots(cfg, opts, theirs)
+            if note is not None:
+                notes.append(note)
         flags = server_flags(cfg, theirs)
         exact = _sglang_exact(cfg)
     except (ValueError, TypeError, OSError) as e:  # ours, the config's, the table's, streams'

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import ngramspec as ns
+from ngramspec.config import PRESETS
 from ngramspec.config.toml import render_ranking
 from ngramspec.costs import CostModel, CostTable, predict_serving
 from ngramspec.integrations import sglang_launch
@@ -100,10 +101,54 @@ def test_print_args_sglang_exact_has_no_variable(capsys):
 
 
 def test_a_given_slot_count_is_honoured_without_a_cost_table(capsys):
-    assert launch(["--print-args", "--", "--speculative-num-draft-tokens", "16"]) == 0
+    argv = ["--print-args", "--", "--speculative-num-draft-tokens", "16"]
+    assert launch(["--preset", "recommended", *argv]) == 0
     env, words = _script(capsys.readouterr().out)
     assert ns.NgramConfig.from_toml(env[ENV_CONFIG]) == ns.NgramConfig.recommended()
     assert words.count("--speculative-num-draft-tokens") == 1
+    assert launch(["--preset", "recommended", "--draft-token-num", "8", *argv[:1]]) == 0
+    out = capsys.readouterr().out
+    env, words = _script(out)
+    assert ns.NgramConfig.from_toml(env[ENV_CONFIG]) == \
+        ns.NgramConfig.recommended(draft_token_num=8)
+    assert _flags(words)["--speculative-num-draft-tokens"] == "8"
+    assert "# draft_token_num 8: as given (--draft-token-num)\n" in out
+    assert launch(argv) == 0  # the default preset (sglang): SGLang's own drafter, 16 slots
+    out = capsys.readouterr().out
+    env, words = _script(out)
+    assert env == {} and words.count("--speculative-num-draft-tokens") == 1
+    assert _flags(words)["--speculative-num-draft-tokens"] == "16"
+    assert out.splitlines()[0] == f"# {sglang_launch.DEFAULT_NOTE}"
+
+
+def test_the_settings_flags_and_defaults_are_the_main_clis(capsys):
+    """The launcher reads a configuration as ``ngramspec simulate`` does: the same flags
+    (``--preset``, ``--config``, one per field), the same default (SGLang's), the same
+    layering (the flags over the preset)."""
+    from ngramspec.cli import _parser as main_parser
+
+    def settings_flags(parser) -> set[str]:
+        groups = [g for g in parser._action_groups
+                  if g.title.startswith(("starting point", "drafter settings"))]
+        return {o for g in groups for a in g._group_actions for o in a.option_strings}
+
+    sub = next(a for a in main_parser()._actions if a.dest == "command").choices
+    theirs = settings_flags(sub["simulate"])
+    ours = settings_flags(sglang_launch._parser())
+    assert ours == theirs and {"--preset", "--config", "--draft-token-num"} <= ours
+    assert launch(["--print-args", "--match-type", "PROB", "--", "--model-path", "m"]) == 0
+    out = capsys.readouterr().out
+    env, words = _script(out)
+    assert env == {}  # SGLang-exact: the default preset, one field changed by its flag
+    given = {k[2:].replace("-", "_"): v for k, v in _flags(words).items()
+             if k.startswith("--spec")}
+    typed = {k: (v if k.endswith(("algorithm", "match_type")) else int(v))
+             for k, v in given.items()}
+    assert ns.NgramConfig.from_sglang_args(typed) == ns.NgramConfig(match_type="PROB")
+    assert launch(["--print-args", "--preset", "recommended", "--max-trie-depth", "12"]) == 0
+    env, _ = _script(capsys.readouterr().out)
+    assert ns.NgramConfig.from_toml(env[ENV_CONFIG]) == ns.NgramConfig.recommended(
+        draft_token_num=SGLANG_SLOTS, max_trie_depth=12)
 
 
 def test_exact_settings_launch_sglangs_own_drafter(monkeypatch, capsys):
@@ -148,6 +193,13 @@ def test_without_sglang_one_line(monkeypatch, capsys):
     (["--cost-table", "t.csv", "--concurrency", "4", "--", "--speculative-num-draft-tokens",
       "8"], "--speculative-num-draft-tokens (after '--') and --cost-table both set the slots "
             "per request: give one"),
+    (["--cost-table", "t.csv", "--concurrency", "4", "--draft-token-num", "8"],
+     "--draft-token-num and --cost-table both set the slots per request: give one"),
+    (["--print-args", "--draft-token-num", "8", "--", "--speculative-num-draft-tokens", "8"],
+     "--speculative-num-draft-tokens (after '--') and --draft-token-num both set the slots "
+     "per request: give one"),
+    (["--print-args", "--preset", "fast"], "--preset: unknown preset 'fast'; presets: " + ", ".join(PRESETS)),
+    (["--print-args", "--max-trie-depth", "x"], "--max-trie-depth: 'x' is not an integer"),
 ])
 def test_errors_are_one_line(capsys, argv, message):
     assert launch(argv) == 2
