@@ -9,6 +9,7 @@ from typing import TextIO
 
 from ..costs import ENGINES, parse_concurrency
 from ..costs import speed_up_text
+from ..costs.table import add_cost_table_flags
 from ..streams import read_streams
 from ._options import (add_config_flags, add_engine, add_model, add_progress, add_torch_flags,
                        base_options, check_out_dir, config_options, make_config,
@@ -26,10 +27,7 @@ def add_arguments(chk: argparse.ArgumentParser) -> None:
     add_model(chk)
     chk.add_argument("streams", nargs="+", metavar="STREAMS",
                      help="recorded streams (.jsonl, .jsonl.gz or .parquet), decoded in order")
-    chk.add_argument("--cost-table", required=True, metavar="FILE",
-                     help="the cost table to check (e.g. from ngramspec calibrate MODEL_DIR)")
-    chk.add_argument("--extrapolate", action="store_true",
-                     help="extend the cost table linearly beyond its measured grid")
+    add_cost_table_flags(chk, required=True, what="the measured forward times to check")
     add_config_flags(chk)
     add_engine(chk)
     chk.add_argument("--concurrency", default="1", metavar="LIST",

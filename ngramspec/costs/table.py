@@ -387,12 +387,14 @@ class _Row(dict):
 # --- the command-line form ------------------------------------------------------------------
 
 
-def add_cost_table_flags(group: Any) -> None:
+def add_cost_table_flags(group: Any, *, required: bool = False,
+                         what: str = "measured forward times") -> None:
     """``--cost-table FILE`` and ``--extrapolate``, as every command that reads a table takes
-    them (an ``argparse`` parser or argument group)."""
-    group.add_argument("--cost-table", metavar="FILE",
-                       help="CSV (batch,tokens,ms) or JSON of measured forward times, e.g. "
-                            "from ngramspec calibrate")
+    them (an ``argparse`` parser or argument group; ``what``: the table's role, for the
+    help)."""
+    group.add_argument("--cost-table", metavar="FILE", required=required,
+                       help=f"CSV (batch,tokens,ms) or JSON of {what}, e.g. from ngramspec "
+                            "calibrate MODEL_DIR")
     group.add_argument("--extrapolate", action="store_true",
                        help="extend the cost table linearly beyond its measured grid "
                             "(default: an error naming the missing point)")
