@@ -13,13 +13,15 @@ import json
 import shlex
 from typing import Any, Callable
 
-__all__ = ["ENV_CONFIG", "ENV_COSTS", "PROPOSER", "speculative_config", "launch_line",
-           "batch_schedule"]
+__all__ = ["ENV_CONFIG", "ENV_COSTS", "ENV_PRESET", "PROPOSER", "speculative_config",
+           "launch_line", "batch_schedule"]
 
 #: The environment variable that carries the configuration (TOML text) to vLLM's processes.
 ENV_CONFIG = "NGRAMSPEC_VLLM_CONFIG"
 #: The environment variable naming a cost table: the proposer then drafts only where it pays.
 ENV_COSTS = "NGRAMSPEC_VLLM_COSTS"
+#: The environment variable naming a preset (one of :data:`ngramspec.config.PRESETS`).
+ENV_PRESET = "NGRAMSPEC_VLLM_PRESET"
 #: The class vLLM's ``custom_class`` method loads.
 PROPOSER = "ngramspec.integrations.vllm.Proposer"
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from .model import CostModel
 
-__all__ = ["CostTable", "CostTableError", "Cost", "csv_text", "DRAFTING_MARK", "add_cost_table_flags",
-           "read_cost_table"]
+__all__ = ["CostTable", "CostTableError", "Cost", "csv_text", "DRAFTING_MARK",
+           "add_cost_table_flags", "read_cost_table"]
 
 COLUMNS = ("batch", "tokens", "ms")
 

@@ -16,12 +16,13 @@ taken too).  Nothing of vLLM is imported here: the config is read by attribute
 **Configuration**, as the SGLang plugin's (``docs/sglang.md``): the environment variable
 :data:`ENV_CONFIG` (``NGRAMSPEC_VLLM_CONFIG``) holds TOML text (``NgramConfig.to_toml()``), or
 :data:`ENV_PRESET` (``NGRAMSPEC_VLLM_PRESET``) names a preset; by default a chain
-configuration (:func:`default_config`).  vLLM verifies chains, so ``chain=True`` is forced, and
-``draft_token_num`` is vLLM's ``num_speculative_tokens + 1`` (a TOML that says otherwise is
-refused).  :data:`ENV_COSTS` (``NGRAMSPEC_VLLM_COSTS``), a cost table's CSV, makes the proposer
-cost-aware (:func:`choose_counts`): each step it sends the number of chain tokens across the
-batch that maximises expected emitted tokens per millisecond, nothing at all when no draft
-pays (vLLM then runs a plain decode).
+configuration (:func:`~ngramspec.config.vllm_proposer.default_config`; how the variables resolve:
+:func:`~ngramspec.config.vllm_proposer.resolve_config`).  vLLM verifies chains, so ``chain=True`` is
+forced, and ``draft_token_num`` is vLLM's ``num_speculative_tokens + 1`` (a TOML that says
+otherwise is refused).  :data:`ENV_COSTS` (``NGRAMSPEC_VLLM_COSTS``), a cost table's CSV, makes
+the proposer cost-aware (:func:`~ngramspec.costs.chains.choose_counts`): each step it sends the
+number of chain tokens across the batch that maximises expected emitted tokens per
+millisecond, nothing at all when no draft pays (vLLM then runs a plain decode).
 
 **Requests without ids.** vLLM tells the proposer no request ids: row ``i`` holds a request's
 whole context ``token_ids_cpu[i, :num_tokens_no_spec[i]]`` and ``sampled_token_ids[i]`` the
@@ -48,18 +49,18 @@ from typing import Any
 
 import numpy as np
 
-from ..config.settings import PRESETS, VLLM_PROFILE, NgramConfig, toml_options
-from ..config.vllm import ENV_CONFIG, ENV_COSTS
+from ..config.vllm import ENV_CONFIG, ENV_COSTS, ENV_PRESET
+from ..config.vllm_proposer import default_config, read_vllm_config, resolve_config  # noqa: F401
+from ..costs.chains import choose_counts, step_ms_row
 from ..drafter import Drafter
 from ._warm import Warming, warm_drafter
 
 __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config",
            "resolve_config", "choose_counts"]
 
-# ENV_CONFIG (``NGRAMSPEC_VLLM_CONFIG``): the configuration as TOML text; ENV_COSTS
-# (``NGRAMSPEC_VLLM_COSTS``): a cost table's CSV path.  Named once, in ngramspec.config.vllm.
-#: The environment variable naming a preset (one of :data:`ngramspec.config.PRESETS`).
-ENV_PRESET = "NGRAMSPEC_VLLM_PRESET"
+# ENV_CONFIG (``NGRAMSPEC_VLLM_CONFIG``): the configuration as TOML text; ENV_PRESET
+# (``NGRAMSPEC_VLLM_PRESET``): a preset's name; ENV_COSTS (``NGRAMSPEC_VLLM_COSTS``): a cost
+# table's CSV path.  Named once, with how they resolve, in ngramspec.config.vllm.
 
 _HEAD = _TAIL = 16  # equal halves: ngramspec.engine.vllm.rows reads them off the array
 # The fingerprint of a context of length L: its first _HEAD tokens and the _TAIL before L
@@ -69,149 +70,6 @@ _TAIL_IDX = np.arange(-_TAIL, 0, dtype=np.int64)
 # Prior of the acceptance rate of sent drafts (cost-aware without path probabilities):
 # (accepted + _PRIOR_ACCEPTED) / (sent + _PRIOR_SENT).
 _PRIOR_ACCEPTED, _PRIOR_SENT = 1.0, 2.0
-
-
-def _positive_int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"vllm_config.{where} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def _read_vllm_config(vllm_config: Any) -> tuple[int, int, int]:
-    """(num_speculative_tokens, max_num_seqs, max_model_len) read by attribute."""
-    values = []
-    for section, field in (("speculative_config", "num_speculative_tokens"),
-                           ("scheduler_config", "max_num_seqs"),
-                           ("model_config", "max_model_len")):
-        part = getattr(vllm_config, section, None)
-        if part is None:
-            raise ValueError(f"vllm_config has no {section}: ngramspec's Proposer reads "
-                             f"{section}.{field} (pass vLLM's VllmConfig)")
-        if not hasattr(part, field):
-            raise ValueError(f"vllm_config.{section} has no {field} (pass vLLM's VllmConfig)")
-        values.append(_positive_int(getattr(part, field), f"{section}.{field}"))
-    return values[0], values[1], values[2]
-
-
-def default_config(num_speculative_tokens: int, *, cost_aware: bool = False) -> NgramConfig:
-    """The configuration used when neither :data:`ENV_CONFIG` nor :data:`ENV_PRESET` is set:
-    preset ``"chain"`` where :data:`~ngramspec.config.PRESETS` has it, else
-    ``NgramConfig.recommended(chain=True)``; ``draft_token_num = num_speculative_tokens + 1``.
-
-    ``cost_aware`` (a cost table is given): the same with ``calibrated_estimates=True,
-    shared_pseudo_count=0``, whose path probabilities are calibrated (the cost-aware choice
-    weighs each draft by its probability; the chain preset's raw count ratios are not: about
-    0.5 for drafts accepted 71% of the time on the shipped streams, 0.25 for 6%).
-
-    Examples
-    --------
-    >>> cfg = default_config(5)
-    >>> cfg.chain, cfg.draft_token_num, cfg.match_type
-    (True, 6, 'ADAPTIVE')
-    >>> default_config(5, cost_aware=True).calibrated_estimates
-    True
-    """
-    k = _positive_int(num_speculative_tokens, "speculative_config.num_speculative_tokens")
-    extra = dict(calibrated_estimates=True, shared_pseudo_count=0.0) if cost_aware else {}
-    if "chain" in PRESETS:
-        return NgramConfig.preset("chain", chain=True, draft_token_num=k + 1, **extra)
-    return NgramConfig.recommended(chain=True, draft_token_num=k + 1, **extra)
-
-
-def _not_ours(source: str) -> ValueError:
-    return ValueError(f"{source}: profile {VLLM_PROFILE!r} is vLLM's own n-gram proposer "
-                      "(speculative_config method 'ngram'); ngramspec's Proposer needs an "
-                      "SGLang profile (a trie)")
-
-
-def _check_usable(cfg: NgramConfig, source: str) -> NgramConfig:
-    if cfg.vllm:
-        raise _not_ours(source)
-    return cfg
-
-
-def resolve_config(num_speculative_tokens: int, *, config: Any = None,
-                   environ: Mapping[str, str] | None = None,
-                   cost_aware: bool = False) -> NgramConfig:
-    """The configuration a :class:`Proposer` runs, for vLLM's ``num_speculative_tokens``.
-
-    Parameters
-    ----------
-    num_speculative_tokens : int
-        vLLM's ``k``: the configuration gets ``draft_token_num = k + 1`` and ``chain=True``.
-    config : NgramConfig or str, optional
-        Takes the place of the environment: an :class:`~ngramspec.NgramConfig` (its
-        ``draft_token_num`` and ``chain`` are set as above), a preset name or TOML text.
-    environ : mapping, optional
-        Where to read :data:`ENV_CONFIG` and :data:`ENV_PRESET` (default ``os.environ``).
-    cost_aware : bool
-        A cost table is given: the default (neither variable set) is then
-        ``default_config(k, cost_aware=True)``.
-
-    Raises
-    ------
-    ValueError
-        Naming the variable and the field: both variables set, an unknown preset, TOML that
-        does not parse or whose ``draft_token_num`` is not ``k + 1`` or whose ``chain`` is
-        false, profile ``vllm-0.33`` (vLLM's own proposer; no trie).
-
-    Examples
-    --------
-    >>> resolve_config(3, environ={"NGRAMSPEC_VLLM_PRESET": "sglang"}).draft_token_num
-    4
-    >>> resolve_config(3, environ={"NGRAMSPEC_VLLM_CONFIG": "draft_token_num = 8"})
-    ... # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: NGRAMSPEC_VLLM_CONFIG: draft_token_num = 8, but vLLM's num_speculative_tokens = 3...
-    """
-    k = _positive_int(num_speculative_tokens, "speculative_config.num_speculative_tokens")
-    forced = dict(chain=True, draft_token_num=k + 1)
-    if isinstance(config, NgramConfig):
-        return _check_usable(config.replace(**forced), "config")
-    if config is not None and not isinstance(config, str):
-        raise TypeError(f"config must be an NgramConfig, a preset name or TOML text, got "
-                        f"{type(config).__name__}")
-    env = os.environ if environ is None else environ
-    if config is not None:
-        preset, text, source = (config, None, "config") if config in PRESETS else \
-            (None, config, "config")
-    else:
-        text, preset = env.get(ENV_CONFIG), env.get(ENV_PRESET)
-        if text is not None and preset is not None:
-            raise ValueError(f"both {ENV_CONFIG} and {ENV_PRESET} are set; set one (a TOML "
-                             f"config may name its preset itself: preset = \"NAME\")")
-        source = ENV_CONFIG if text is not None else ENV_PRESET
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ValueError(f"{source} = {preset!r} is no preset; presets: "
-                             f"{', '.join(PRESETS)}")
-        return _check_usable(NgramConfig.preset(preset, **forced), source)
-    if text is None:
-        return default_config(k, cost_aware=cost_aware)
-    try:
-        options, _ = toml_options(text)
-    except ValueError as e:
-        raise ValueError(f"{source}: {e}") from None
-    given = options.get("draft_token_num")
-    if given is not None and given != k + 1:
-        raise ValueError(f"{source}: draft_token_num = {given}, but vLLM's "
-                         f"num_speculative_tokens = {k} verifies chains of {k} drafts: "
-                         f"draft_token_num must be {k + 1} (or left out)")
-    if options.get("chain") is False:
-        raise ValueError(f"{source}: chain = false, but vLLM verifies chains: chain must be "
-                         "true (or left out)")
-    if options.get("profile") == VLLM_PROFILE:  # before NgramConfig refuses chain=True there
-        raise _not_ours(source)
-    name = options.pop("preset", None)
-    merged = NgramConfig.preset_options(name) if name is not None else {}
-    merged.update(options)
-    merged.update(forced)
-    try:
-        cfg = NgramConfig(**merged)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{source}: {e}") from None
-    return _check_usable(cfg, source)
 
 
 def _read_costs(costs: Any, environ: Mapping[str, str] | None) -> Any:
@@ -230,82 +88,6 @@ def _read_costs(costs: Any, environ: Mapping[str, str] | None) -> Any:
     if isinstance(costs, (str, os.PathLike)):
         return CostTable.read(costs)
     raise TypeError(f"costs must be a CostTable or a CSV path, got {type(costs).__name__}")
-
-
-def _step_ms(table: Any, batch: int, max_tokens: int) -> np.ndarray:
-    """``t(batch, n)`` for n = 1 .. max_tokens (the batch clipped into the table's measured
-    batches unless the table extrapolates)."""
-    if not table.extrapolate:
-        batch = int(np.clip(batch, table.batches[0], table.batches[-1]))
-    n = np.arange(1, max_tokens + 1)
-    return table.ms_array(np.full(n.size, batch), n)
-
-
-def choose_counts(lengths: np.ndarray, probs: np.ndarray | None, batch: int, step_ms: np.ndarray,
-                  *, accept_rate: float = 0.5) -> np.ndarray:
-    """How many tokens of each chain to send so that expected emitted tokens per ms is highest.
-
-    A verify step of ``batch`` requests sending ``c`` drafts in all costs ``t(batch, 1 +
-    c / batch)`` (vLLM schedules each request's last token and its drafts; the mean tokens per
-    request, between measured integer counts, is interpolated linearly) and emits ``batch +``
-    the sum of the sent tokens' path probabilities.  Path probabilities do not rise along a
-    chain, so sending tokens in order of decreasing probability and scanning the count is
-    exact; ties go to fewer tokens.  Without ``probs`` it is all or nothing, each draft
-    expected to be accepted with ``accept_rate``.
-
-    Parameters
-    ----------
-    lengths : (R,) int array
-        Tokens available in each proposed chain.
-    probs : (R, >= max(lengths)) float array or None
-        Row ``r``'s path probability of its ``j``-th chain token at column ``j - 1``.
-    batch : int
-        Requests in the verify step (those not proposed emit one token each).
-    step_ms : 1-D float array
-        ``t(batch, n)`` for ``n = 1, 2, ...`` (at least ``1 + max(lengths)`` values).
-
-    Returns
-    -------
-    (R,) int64 array: the tokens to send per chain (0 for none).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> flat = np.array([10.0, 10.5, 11.0, 11.5])          # a verify token is cheap
-    >>> choose_counts(np.array([3]), np.array([[0.9, 0.5, 0.01]]), 1, flat).tolist()
-    [2]
-    >>> steep = np.array([10.0, 20.0, 30.0, 40.0])         # a verify token costs a decode
-    >>> choose_counts(np.array([3]), np.array([[0.9, 0.5, 0.01]]), 1, steep).tolist()
-    [0]
-    """
-    lengths = np.asarray(lengths, np.int64)
-    r = lengths.size
-    total = int(lengths.sum())
-    out = np.zeros(r, np.int64)
-    if total == 0:
-        return out
-    grid = np.arange(1, step_ms.size + 1, dtype=np.float64)
-    if probs is None:
-        t0 = float(step_ms[0])
-        t1 = float(np.interp(1.0 + total / batch, grid, step_ms))
-        if (batch + accept_rate * total) / t1 > batch / t0:
-            out[:] = lengths
-        return out
-    width = int(lengths.max())
-    p = np.asarray(probs, np.float64)[:, :width]
-    depth = np.broadcast_to(np.arange(width), (r, width))
-    p = np.minimum.accumulate(np.where(depth < lengths[:, None], p, -1.0), axis=1)
-    valid = depth < lengths[:, None]
-    pv, dv = p[valid], depth[valid]
-    rows = np.broadcast_to(np.arange(r)[:, None], (r, width))[valid]
-    order = np.lexsort((dv, -pv))  # decreasing probability, shallower first on ties
-    gain = np.concatenate(([0.0], np.cumsum(np.maximum(pv[order], 0.0))))
-    counts = np.arange(total + 1, dtype=np.float64)
-    cost = np.interp(1.0 + counts / batch, grid, step_ms)
-    best = int(np.argmax((batch + gain) / cost))
-    if best:
-        out += np.bincount(rows[order[:best]], minlength=r)
-    return out
 
 
 def _fingerprints(ctx: np.ndarray, rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -327,12 +109,14 @@ class Proposer:
         ``model_config.max_model_len`` (no draft reaches past it).
     config : NgramConfig or str, optional
         The configuration (an :class:`~ngramspec.NgramConfig`, a preset name or TOML text),
-        in place of :data:`ENV_CONFIG` / :data:`ENV_PRESET` (:func:`resolve_config`).
+        in place of :data:`ENV_CONFIG` / :data:`ENV_PRESET`
+        (:func:`~ngramspec.config.vllm_proposer.resolve_config`).
     costs : CostTable or path, optional
         A cost table, in place of :data:`ENV_COSTS`: sends the chain tokens that maximise
-        expected tokens per ms (:func:`choose_counts`).  The choice weighs each token by its
-        path probability, so it wants calibrated ones: without a configuration, the default
-        is then the chain preset with calibrated estimates (:func:`default_config`); a
+        expected tokens per ms (:func:`~ngramspec.costs.chains.choose_counts`).  The choice
+        weighs each token by its path probability, so it wants calibrated ones: without a
+        configuration, the default is then the chain preset with calibrated estimates
+        (:func:`~ngramspec.config.vllm_proposer.default_config`); a
         configuration of your own should set ``calibrated_estimates = true`` and
         ``shared_pseudo_count = 0`` (ADAPTIVE), else drafts are under- or over-valued.
     environ : mapping, optional
@@ -366,7 +150,7 @@ class Proposer:
 
     def __init__(self, vllm_config: Any, *, config: Any = None, costs: Any = None,
                  environ: Mapping[str, str] | None = None, backend: str = "numba") -> None:
-        k, max_num_seqs, max_model_len = _read_vllm_config(vllm_config)
+        k, max_num_seqs, max_model_len = read_vllm_config(vllm_config)
         self.num_speculative_tokens = k
         self.max_model_len = max_model_len
         self.costs = _read_costs(costs, environ)
@@ -618,7 +402,7 @@ class Proposer:
 
     def _cost_aware(self, counts: list[int], batch: Any, b: int) -> list[int]:
         k = self.num_speculative_tokens
-        step = _step_ms(self.costs, b, k + 1)
+        step = step_ms_row(self.costs, b, k + 1)
         lengths = np.minimum(np.array(counts, np.int64), k)
         probs = None if batch.probs is None else batch.probs[:, 1:k + 1]
         rate = (self._accepted + _PRIOR_ACCEPTED) / (self._sent + _PRIOR_SENT)
