@@ -10,7 +10,7 @@ from typing import Any, Callable
 from ..config import NgramConfig
 from ..drafter import Drafter
 
-__all__ = ["Warming", "warm_drafter"]
+__all__ = ["Warming", "warm_corpus", "warm_drafter"]
 
 
 class Warming:
@@ -64,3 +64,25 @@ def warm_drafter(config: NgramConfig, backend: str = "numba", costs: Any = None)
                             for i, r in enumerate(rids)})
         for r in rids:
             scratch.finish(r)
+
+
+def warm_corpus(corpus_class: type, config: NgramConfig, backend: str = "numba",
+                costs: Any = None) -> None:
+    """Compile what SGLang's worker calls on a drop-in ``NgramCorpus`` (``corpus_class``) running
+    ``config``:
+    a throwaway corpus through the worker's own call sequence (one request, then a batch
+    larger than a new drafter's rows, with the launcher hook's calls), so that exactly the
+    kernels a server runs are compiled, and no others."""
+    from .sglang_replay import replay_worker  # (it drives any corpus: no import of this)
+
+    small = config.replace(capacity=max(config.trie_depth + 1, 256))
+    text = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4, 1, 2]
+    for n in (1, 9):  # 9: past a new drafter's 8 rows
+        corpus = corpus_class(max_trie_depth=config.max_trie_depth,
+                             draft_token_num=config.draft_token_num, config=small,
+                             backend=backend, costs=costs, warm=False)
+        replay_worker(corpus, [text[:8 + r % 3] for r in range(n)],
+                      [text[8 + r % 3:] + text for r in range(n)], concurrency=n,
+                      max_trie_depth=config.max_trie_depth,
+                      draft_token_num=config.draft_token_num, hooks=not config.sglang_exact,
+                      forward=lambda kind, count: None)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Hashable, Iterable, Sequence
-from itertools import accumulate, chain
 from typing import Any
 
 import numpy as np
@@ -40,9 +39,11 @@ import numpy as np
 from .. import _validate as v
 from ..engine import kernels
 from ..cache import NgramCache
-from ..config import PRESETS, NgramConfig
+from ..config import NgramConfig
 from ..drafter import Drafter
-from ._warm import Warming
+from ._warm import Warming, warm_corpus
+from .sglang_shared import (EMPTY, leaf_paths_from_mask, log_draft_trees, pack_windows,
+                            resolve_config)
 
 __all__ = ["SEPARATOR_TOKEN", "NgramCorpus", "leaf_paths_from_mask", "resolve_config"]
 
@@ -51,119 +52,10 @@ logger = logging.getLogger(__name__)
 #: The token SGLang puts between the documents of an external corpus.
 SEPARATOR_TOKEN = -(2**31)
 
-_EMPTY = np.zeros(0, np.int64)
 _INT = frozenset((int,))
-# NumPy 2 refuses a Python int out of a dtype's range where NumPy 1 wrapped it around.
-_FROMITER_REFUSES = int(np.__version__.split(".")[0]) >= 2
 #: Noted prompts of requests not drafted yet that are held at most (see
 #: :meth:`NgramCorpus.note_prompts`): a request aborted during its prefill is never erased.
 NOTED_MAX = 1024
-
-
-def resolve_config(config: Any) -> NgramConfig:
-    """An :class:`~ngramspec.NgramConfig` from a config, a preset name (one of
-    :data:`ngramspec.config.PRESETS`) or a TOML file's path.
-
-    Examples
-    --------
-    >>> resolve_config("recommended").match_type
-    'ADAPTIVE'
-    """
-    if isinstance(config, NgramConfig):
-        return config
-    if isinstance(config, str) and config in PRESETS:
-        return NgramConfig.preset(config)
-    if isinstance(config, (str, os.PathLike)):
-        path = os.fspath(config)
-        if not os.path.isfile(path):
-            raise ValueError(f"config must be an NgramConfig, a preset ({', '.join(PRESETS)}) "
-                             f"or a TOML file; {path!r} is none of these")
-        from pathlib import Path
-
-        return NgramConfig.from_toml(Path(path))
-    raise TypeError(f"config must be an NgramConfig, a preset name or a TOML path, got "
-                    f"{type(config).__name__}")
-
-
-def leaf_paths_from_mask(tokens: Sequence[Any], tree_mask: Any) -> list[list[Any]]:
-    """The token paths of a draft tree's leaves, read from its mask, as SGLang's
-    ``NgramCorpus.leaf_paths_from_mask`` gives them.
-
-    Row ``r`` of ``tree_mask`` marks (with 1) the columns of the slots on the path from the
-    root to slot ``r``.  A row is a leaf when no later row marks every column it marks (a
-    later row whose marked set contains it); each leaf gives the tokens of its marked columns
-    in column order, and the leaves come in row order.  Any other value than 1 counts as
-    unmarked; columns past ``len(tokens)`` count in the containment test but give no token.
-
-    Parameters
-    ----------
-    tokens : sequence
-        The tree's tokens, slot by slot (a list, or an array: the paths hold its elements).
-    tree_mask : sequence of sequences or 2-D array
-        The tree's ``n x n`` ancestor mask (one row per slot, at least ``len(tokens)``
-        columns).
-
-    Returns
-    -------
-    list of list
-        The leaves' token paths (``tokens[c]`` for each marked column ``c``).
-
-    Raises
-    ------
-    ValueError
-        ``tree_mask`` is not a rectangular 2-D matrix, or has fewer columns than tokens.
-
-    Examples
-    --------
-    >>> leaf_paths_from_mask([3, 4, 44, 5], [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0],
-    ...                                      [1, 1, 0, 1]])
-    [[3, 44], [3, 4, 5]]
-    """
-    n = len(tokens)
-    if not len(tree_mask):
-        return []
-    try:
-        marked = np.asarray(tree_mask) == 1
-    except ValueError:
-        raise ValueError("tree_mask must be a rectangular 2-D matrix (rows of equal length)"
-                         ) from None
-    if marked.ndim != 2:
-        raise ValueError(f"tree_mask must be a 2-D matrix, got {marked.ndim} dimension(s)")
-    if marked.shape[1] < n:
-        raise ValueError(f"tree_mask has {marked.shape[1]} columns but tokens has {n}: each "
-                         "token needs a column")
-    # outside[i, j]: columns row i marks and row j does not; 0 means row j contains row i.
-    m = marked.astype(np.int32)
-    contained = (m @ (1 - m).T) == 0
-    leaf = ~np.triu(contained, k=1).any(axis=1)
-    return [[tokens[c] for c in np.flatnonzero(marked[r, :n]).tolist()]
-            for r in np.flatnonzero(leaf).tolist()]
-
-
-def _log_draft_trees(log: logging.Logger, draft_token_num: int, decoding_ids: Any,
-                     decoding_masks: Any, tokenizer: Any) -> None:
-    """SGLang's ``debug_result``: log ``batch_get``'s trees and their leaf paths at INFO."""
-    if not log.isEnabledFor(logging.INFO):
-        return
-    d = draft_token_num
-    ids = decoding_ids if hasattr(decoding_ids, "reshape") else np.asarray(decoding_ids)
-    masks = decoding_masks if hasattr(decoding_masks, "reshape") else np.asarray(decoding_masks)
-    n_ids, n_mask = int(np.prod(ids.shape)), int(np.prod(masks.shape))
-    if n_ids % d or n_mask != (n_ids // d) * d * d:
-        raise ValueError(f"decoding_ids ({n_ids} values) and decoding_masks ({n_mask} values) "
-                         f"are not the trees of one batch_get with draft_token_num={d} "
-                         f"({d} and {d * d} values per tree)")
-    ids, masks = ids.reshape(-1, d), masks.reshape(-1, d, d)
-    log.info("\ndecoding_ids=%r\ndecoding_masks=%r", ids, masks)
-    for i in range(ids.shape[0]):
-        paths = leaf_paths_from_mask(ids[i].tolist(), masks[i].tolist())
-        if tokenizer is None:
-            log.info("draft path %d: %s", i, paths)
-            continue
-        log.info("result %d:", i)
-        for path in paths:
-            log.info("draft path %d: %s -> %s", i, path, tokenizer.decode(path,
-                                                                         ensure_ascii=False))
 
 
 class NgramCorpus:
@@ -258,11 +150,11 @@ class NgramCorpus:
             self._cache._defer = True
         # Compiled in the background from now on (a server loads its model meanwhile); the
         # first call that runs a kernel waits for what is left.
-        self._warming = (Warming(warm_corpus, cfg, backend, costs)
+        self._warming = (Warming(warm_corpus, NgramCorpus, cfg, backend, costs)
                          if v.check_bool(warm, "warm") else None)
         # The last draft's request ids and their total lengths then (int64, same order).
         self._last_keys: list[Hashable] | None = None
-        self._last_lens = _EMPTY
+        self._last_lens = EMPTY
         self._prompts: dict[Hashable, np.ndarray] = {}
         self._final: dict[Hashable, np.ndarray] = {}
 
@@ -298,7 +190,7 @@ class NgramCorpus:
         if not self._exact:
             self._cache._release_due()
             return
-        packed = _pack_windows(batch_tokens)
+        packed = pack_windows(batch_tokens)
         if packed is None:  # anything unusual: the cache's checked path (and its errors)
             self._cache.insert(batch_tokens, wait=False)
         else:
@@ -328,7 +220,7 @@ class NgramCorpus:
             raise ValueError("batchMatch expects state_ids, tokens, and total_lens to match in "
                              "size")
         if not len(req_ids):
-            return _EMPTY.copy(), _EMPTY.copy()
+            return EMPTY.copy(), EMPTY.copy()
         if self._exact:
             d = self._cache.match(batch_tokens, request_ids=req_ids, total_lens=total_lens)
         else:
@@ -388,7 +280,7 @@ class NgramCorpus:
                                  f"({budget}) after loading {loaded} tokens.")
             loaded += arr.size
             parts.append(arr)
-        stream = np.concatenate(parts) if parts else _EMPTY
+        stream = np.concatenate(parts) if parts else EMPTY
         cuts = np.flatnonzero(stream == SEPARATOR_TOKEN)
         docs = [d for d in np.split(stream, cuts) if d.size]
         docs = [d[1:] if d[0] == SEPARATOR_TOKEN else d for d in docs]
@@ -447,7 +339,7 @@ class NgramCorpus:
         draft path 0: [[5, 6]]
         >>> log.removeHandler(show); log.setLevel(logging.NOTSET); log.propagate = True
         """
-        _log_draft_trees(logger, self.draft_token_num, decoding_ids, decoding_masks, tokenizer)
+        log_draft_trees(logger, self.draft_token_num, decoding_ids, decoding_masks, tokenizer)
 
     # ---- beyond SGLang: what the worker hook tells ---------------------------------------------
 
@@ -515,7 +407,7 @@ class NgramCorpus:
         if last is None or last != dr._pend_keys or len(dr._slot) != len(last) or not keys \
                 or not set(map(type, total_lens)) <= _INT:
             return None
-        packed = _pack_windows(batch_tokens)
+        packed = pack_windows(batch_tokens)
         if packed is None:
             return None
         n = self.draft_token_num
@@ -639,43 +531,3 @@ class NgramCorpus:
             if 1 <= after <= tail.size:
                 return prompt, int(tail[tail.size - after])
         return tail[:-1], int(tail[-1])
-
-
-def _pack_windows(batch: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """The worker's windows (lists of int token ids, none empty) packed as (int32 flat, int64
-    offsets) in one pass; None for any other input, which the checked path then handles.
-    Floats are truncated, as SGLang's own packing (``torch.tensor(..., dtype=int32)``) does."""
-    try:
-        lens = [len(s) for s in batch]
-        if not lens or 0 in lens:
-            return None
-        if _FROMITER_REFUSES:  # (a Python int outside int32 raises: no range pass after)
-            flat = np.fromiter(chain.from_iterable(batch), np.int32, sum(lens))
-        else:
-            wide = np.fromiter(chain.from_iterable(batch), np.int64, sum(lens))
-            if wide.min() < -(2**31) or wide.max() > 2**31 - 1:
-                return None
-            flat = wide.astype(np.int32)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return flat, np.fromiter(accumulate(lens, initial=0), np.int64, len(lens) + 1)
-
-
-def warm_corpus(config: NgramConfig, backend: str = "numba", costs: Any = None) -> None:
-    """Compile what SGLang's worker calls on the drop-in ``NgramCorpus`` running ``config``:
-    a throwaway corpus through the worker's own call sequence (one request, then a batch
-    larger than a new drafter's rows, with the launcher hook's calls), so that exactly the
-    kernels a server runs are compiled, and no others."""
-    from .sglang_replay import replay_worker  # (it drives any corpus: no import of this)
-
-    small = config.replace(capacity=max(config.trie_depth + 1, 256))
-    text = [1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4, 1, 2]
-    for n in (1, 9):  # 9: past a new drafter's 8 rows
-        corpus = NgramCorpus(max_trie_depth=config.max_trie_depth,
-                             draft_token_num=config.draft_token_num, config=small,
-                             backend=backend, costs=costs, warm=False)
-        replay_worker(corpus, [text[:8 + r % 3] for r in range(n)],
-                      [text[8 + r % 3:] + text for r in range(n)], concurrency=n,
-                      max_trie_depth=config.max_trie_depth,
-                      draft_token_num=config.draft_token_num, hooks=not config.sglang_exact,
-                      forward=lambda kind, count: None)

@@ -421,25 +421,17 @@ def _slots(cfg: Any, opts: argparse.Namespace, theirs: list[str]) -> tuple[Any, 
 def _choose_budget(opts: argparse.Namespace, cfg: Any) -> tuple[BudgetChoice, list[str]]:
     """The budget search of ``--cost-table``: its :class:`~ngramspec.sweep.budget.BudgetChoice`
     and the lines to print."""
-    from ..costs import CostTable
+    from ..costs.table import read_cost_table
     from ..streams import embedded_streams_path
     from ..sweep.budget import best_budget
 
-    table = CostTable.read(opts.cost_table, extrapolate=opts.extrapolate)
-    table.extrapolation_words = "--extrapolate"
+    table = read_cost_table(opts)
     sources = opts.streams or [embedded_streams_path()]
     label = ", ".join(os.path.basename(str(s)) for s in sources)
     print(f"# choosing draft_token_num for {os.path.basename(opts.cost_table)} at concurrency "
           f"{opts.concurrency} on {label}, priced as SGLang's worker runs it ...", flush=True)
     choice = best_budget(cfg, sources, table, concurrency=opts.concurrency)
-    lines = []
-    for n, p in choice.predictions.items():
-        mark = "  <- chosen" if n == choice.draft_token_num else ""
-        lines.append(f"  draft_token_num {n:>2}: {choice.tokens_per_step[n]:.3f} tokens per "
-                     f"step, {p.speed_up:.2f}x predicted{mark}")
-    lines.append(f"draft_token_num {choice.draft_token_num}: the highest predicted speed-up "
-                 f"({choice.speed_up:.2f}x at concurrency {choice.concurrency})")
-    return choice, lines
+    return choice, choice.lines()
 
 
 def launch(argv: list[str]) -> int:

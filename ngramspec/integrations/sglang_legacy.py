@@ -24,7 +24,8 @@ import numpy as np
 
 from ..cache import NgramCache as _Cache
 from ..config import NgramConfig
-from .sglang import _EMPTY, _log_draft_trees, _pack_windows, leaf_paths_from_mask, resolve_config
+from .sglang_shared import (EMPTY, leaf_paths_from_mask, log_draft_trees, pack_windows,
+                            resolve_config)
 
 __all__ = ["NgramCache"]
 
@@ -89,7 +90,7 @@ class NgramCache:
 
     def batch_put(self, batch_tokens: Sequence[Sequence[int]]) -> None:
         """Queue the windows for the insert thread; returns at once."""
-        packed = _pack_windows(batch_tokens)
+        packed = pack_windows(batch_tokens)
         if packed is None:
             self._cache.insert(batch_tokens, wait=False)
         else:
@@ -106,7 +107,7 @@ class NgramCache:
     def batch_get(self, batch_tokens: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Draft a tree per context, statelessly: flat int64 ``(tokens, mask)``."""
         if not len(batch_tokens):
-            return _EMPTY.copy(), _EMPTY.copy()
+            return EMPTY.copy(), EMPTY.copy()
         d = self._cache.match(batch_tokens)
         return d.tokens.reshape(-1).astype(np.int64), d.mask.reshape(-1).astype(np.int64)
 
@@ -127,4 +128,4 @@ class NgramCache:
         """Log the trees of a :meth:`batch_get` and their leaf paths at INFO, as SGLang's does
         (see :meth:`ngramspec.integrations.sglang.NgramCorpus.debug_result`); the records go
         to this module's logger."""
-        _log_draft_trees(logger, self.draft_token_num, decoding_ids, decoding_masks, tokenizer)
+        log_draft_trees(logger, self.draft_token_num, decoding_ids, decoding_masks, tokenizer)

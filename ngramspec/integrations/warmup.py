@@ -10,7 +10,8 @@ import numpy as np
 
 from ..config import NgramConfig
 from ..simulate import simulate
-from .sglang import warm_corpus
+from ._warm import warm_corpus
+from .sglang import NgramCorpus
 from .timing import time_drafting
 
 __all__ = ["PARTS", "warm_everything"]
@@ -51,7 +52,7 @@ def warm_everything(config: NgramConfig, parts: tuple[str, ...] = PARTS,
             for conc in (1, 3):
                 time_drafting(simulate(rows, config=small, concurrency=conc), "custom")
         elif part == "sglang":
-            warm_corpus(config)
+            warm_corpus(NgramCorpus, config)
         else:
             from .vllm import Proposer
 

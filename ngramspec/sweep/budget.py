@@ -68,6 +68,18 @@ class BudgetChoice:
         """Whether speculation pays at this load: the best speed-up is above 1."""
         return self.speed_up > 1.0
 
+    def lines(self) -> list[str]:
+        """The comparison as text: one line per budget (tokens per step, predicted speed-up,
+        the chosen one marked), then the choice."""
+        out = []
+        for n, p in self.predictions.items():
+            mark = "  <- chosen" if n == self.draft_token_num else ""
+            out.append(f"  draft_token_num {n:>2}: {self.tokens_per_step[n]:.3f} tokens per "
+                       f"step, {p.speed_up:.2f}x predicted{mark}")
+        out.append(f"draft_token_num {self.draft_token_num}: the highest predicted speed-up "
+                   f"({self.speed_up:.2f}x at concurrency {self.concurrency})")
+        return out
+
 
 def _budgets(budgets: Any) -> tuple[int, ...]:
     if isinstance(budgets, (str, bytes)) or not isinstance(budgets, Sequence):

@@ -33,7 +33,7 @@ def test_the_first_call_waits_for_the_warm_up_and_drafts_the_same(preset, monkey
     def slow(*args):
         gate.wait(10)
         real(*args)
-        ran.append(args[0])
+        ran.append(args[1])  # (args: the corpus class, the config, ...)
 
     monkeypatch.setattr("ngramspec.integrations.sglang.warm_corpus", slow)
     corpus = NgramCorpus(**kw)
