@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import operator
 import os
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from . import sglang as config_sglang
 from . import toml as config_toml
-from . import vllm as config_vllm
-from .modes import (ADAPTIVE_MAX_DRAFT, ADAPTIVE_ONLY, AUTO, BEYOND_SGLANG, INT32_MAX,
-                    MATCH_MODES, MATCH_TYPES, PROFILE_FIELDS, PROFILES, SGLANG_ONLY, VLLM_PROFILE,
-                    MatchMode)
+from .checks import check_settings
+from .modes import BEYOND_SGLANG, MATCH_MODES, MATCH_TYPES, PROFILES, VLLM_PROFILE, MatchMode
 from .presets import _PRESET_OPTIONS, PRESETS
 
 __all__ = ["NgramConfig", "MATCH_TYPES", "MATCH_MODES", "MatchMode", "PROFILES", "PRESETS"]
-
-
-def _np_bool_types() -> tuple[type, ...]:
-    """NumPy's bool type when NumPy is imported (a config never imports it itself)."""
-    import sys
-    np = sys.modules.get("numpy")
-    return (np.bool_,) if np is not None else ()
-
-
-def _check_int(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got bool {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -212,115 +193,7 @@ class NgramConfig:
     num_speculative_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.profile, str) or self.profile not in PROFILES:
-            raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
-        own = PROFILE_FIELDS[self.profile]
-        if self.profile == VLLM_PROFILE:
-            config_vllm.resolve(self, _check_int, SGLANG_ONLY)
-        for other, fields in PROFILE_FIELDS.items():
-            for name in fields:
-                if name not in own and getattr(self, name) is not None:
-                    raise ValueError(
-                        f"{name} is an option of profile {other!r}, not of {self.profile!r} "
-                        f"(its options: {', '.join(own)}; pass profile={other!r} for {name})")
-        for name, default in own.items():
-            value = getattr(self, name)
-            object.__setattr__(self, name, default if value is None else _check_int(name, value))
-        if self.draft_token_num is None:
-            object.__setattr__(self, "draft_token_num", 12 if self.profile == "sglang-0.5.23"
-                               else self.max_match_window_size)
-        for name in ("min_bfs_breadth", "max_bfs_breadth", "draft_token_num", "capacity"):
-            object.__setattr__(self, name, _check_int(name, getattr(self, name)))
-        if not isinstance(self.match_type, str):
-            raise TypeError(f"match_type must be a str, one of {MATCH_TYPES}, "
-                            f"got {type(self.match_type).__name__} {self.match_type!r}")
-        if self.match_type not in MATCH_TYPES:
-            raise ValueError(f"match_type must be one of {MATCH_TYPES}, got {self.match_type!r}")
-        self._check_beyond_sglang()
-        if self.profile == VLLM_PROFILE:
-            config_sglang.check_corpora(self, _check_int)
-            return
-        # SGLang's own constructor checks, in its order.
-        depth_name = "max_trie_depth" if self.profile == "sglang-0.5.23" else "branch_length"
-        if self.trie_depth <= 1:
-            raise ValueError(f"{depth_name} must be > 1, got {self.trie_depth}")
-        if self.profile == "sglang-0.5.9":
-            lo, hi = self.min_match_window_size, self.max_match_window_size
-            assert lo is not None and hi is not None
-            if lo <= 0:
-                raise ValueError(f"min_match_window_size must be > 0, got {lo}")
-            if lo > hi:
-                raise ValueError(f"min_match_window_size ({lo}) must be <= "
-                                 f"max_match_window_size ({hi})")
-            if hi >= self.trie_depth:
-                raise ValueError(f"max_match_window_size ({hi}) must be < branch_length "
-                                 f"({self.trie_depth})")
-        if self.min_bfs_breadth <= 0:
-            raise ValueError(f"min_bfs_breadth must be > 0, got {self.min_bfs_breadth}")
-        if self.min_bfs_breadth > self.max_bfs_breadth:
-            raise ValueError(f"min_bfs_breadth ({self.min_bfs_breadth}) must be <= "
-                             f"max_bfs_breadth ({self.max_bfs_breadth})")
-        assert self.draft_token_num is not None
-        if self.draft_token_num <= 0:
-            raise ValueError(f"draft_token_num must be > 0, got {self.draft_token_num}")
-        # What SGLang does not check and crashes on.
-        if self.capacity <= self.trie_depth:
-            raise ValueError(
-                f"capacity must be greater than {depth_name} ({self.trie_depth}), got "
-                f"{self.capacity}: one insert may need {depth_name} new nodes plus the root")
-        for name in (depth_name, "max_bfs_breadth", "draft_token_num", "capacity"):
-            if getattr(self, name) > INT32_MAX:
-                raise ValueError(f"{name} must fit in int32 (<= {INT32_MAX}), "
-                                 f"got {getattr(self, name)}")
-        config_sglang.check_corpora(self, _check_int)
-
-    def _check_beyond_sglang(self) -> None:
-        for name in ("index_prompt", "exact_counts", "local_index", "calibrated_estimates",
-                     "chain"):
-            if not isinstance(getattr(self, name), (bool, _np_bool_types())):
-                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
-            object.__setattr__(self, name, bool(getattr(self, name)))
-        for name in ADAPTIVE_ONLY:
-            value = getattr(self, name)
-            if name == "min_expected_accept" and isinstance(value, str):
-                if value != AUTO:
-                    raise ValueError(f"min_expected_accept must be a number >= 0 or 'auto' "
-                                     f"(sizes from step costs), got {value!r}")
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-            value = float(value)
-            if not (value >= 0.0 and value != float("inf")):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-            object.__setattr__(self, name, value)
-        if self.min_token_prob > 1.0:
-            raise ValueError(f"min_token_prob is a probability (0..1), got {self.min_token_prob}")
-        if self.calibrated_estimates and self.shared_pseudo_count:
-            raise ValueError("calibrated_estimates=True and shared_pseudo_count="
-                             f"{self.shared_pseudo_count} both replace the count ratios; set "
-                             "shared_pseudo_count=0 to use the calibrated estimates")
-        beyond = [n for n in BEYOND_SGLANG if getattr(self, n)]
-        if not self.mode.sglang:
-            beyond.append(f"match_type={self.match_type!r}")
-        if beyond and self.profile != "sglang-0.5.23":
-            raise ValueError(f"{', '.join(beyond)}: options beyond SGLang exist for profile "
-                             f"'sglang-0.5.23' only, not {self.profile!r}")
-        if (w := self.shared_prompt_window) is not None:
-            object.__setattr__(self, "shared_prompt_window", _check_int("shared_prompt_window", w))
-            if not 0 <= w <= INT32_MAX:
-                raise ValueError(f"shared_prompt_window must be in [0, {INT32_MAX}] (prompt "
-                                 f"tokens) or None (the whole prompt), got {w}")
-        if self.local_index and self.match_type != "ADAPTIVE":
-            raise ValueError("local_index=True drafts through match_type='ADAPTIVE' (SGLang's "
-                             f"BFS/PROB have one trie), got match_type={self.match_type!r}")
-        if self.match_type != "ADAPTIVE":
-            set_ = [n for n in ADAPTIVE_ONLY + ("calibrated_estimates",) if getattr(self, n)]
-            if set_:
-                raise ValueError(f"{', '.join(set_)} only apply to match_type='ADAPTIVE' "
-                                 f"(got match_type={self.match_type!r})")
-        elif self.draft_token_num is not None and self.draft_token_num > ADAPTIVE_MAX_DRAFT:
-            raise ValueError(f"draft_token_num must be <= {ADAPTIVE_MAX_DRAFT} with "
-                             f"match_type='ADAPTIVE', got {self.draft_token_num}")
+        check_settings(self)  # (each value checked, and normalised in place)
 
     @property
     def sglang_exact(self) -> bool:
