@@ -30,7 +30,7 @@ __all__ = ["INT32_MIN", "INT32_MAX", "is_tensor", "host_array", "as_sequence", "
            "serving_batch", "as_serving_one",
            "as_request_id", "as_request_ids", "as_total_lens", "as_lengths", "as_count_from",
            "check_config", "check_backend", "check_bool", "as_positive_int",
-           "as_token_matrix", "as_logits", "as_threshold", "check_rng", "as_probs",
+           "as_token_matrix",
            "renamed_keyword", "as_token", "first_negative", "negative_error",
            "refuse_negative", "duplicate_error"]
 
@@ -484,19 +484,6 @@ def as_token_matrix(values: Any, shape: tuple[int, int], name: str, *,
 int32_range_error = _int32_range_error
 
 
-def as_logits(values: Any, b: int, n: int) -> np.ndarray:
-    """Logits as (B, n, V) (SGLang's flat (B * n, V) accepted), V > 0, numeric, finite or not."""
-    arr = np.asarray(host_array(values, "logits", "numbers"))
-    if arr.ndim == 2 and arr.shape[0] == b * n:
-        arr = arr.reshape(b, n, arr.shape[1])
-    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
-        raise ValueError(f"logits must have shape (batch, draft_token_num, vocab) = ({b}, {n}, "
-                         f"V) or ({b * n}, V) with V > 0, got {arr.shape}")
-    if arr.dtype.kind not in "fiu":
-        raise TypeError(f"logits must be numeric, got dtype {arr.dtype}")
-    return arr
-
-
 # Renamed keywords --------------------------------------------------------------------------
 
 def renamed_keyword(value: Any, old: dict[str, Any], new: str, where: str) -> Any:
@@ -513,59 +500,3 @@ def renamed_keyword(value: Any, old: dict[str, Any], new: str, where: str) -> An
     warnings.warn(f"{where}({name}=...) is deprecated; the argument is now called {new}",
                   DeprecationWarning, stacklevel=3)
     return v
-
-
-# Sampling verification ---------------------------------------------------------------------
-
-def as_threshold(value: Any, name: str) -> float:
-    """An acceptance threshold of sampling verification: a finite number > 0."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-            value, (int, float, np.integer, np.floating)) or not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0 (SGLang's default 1.0), got "
-                         f"{value!r}")
-    return float(value)
-
-
-def check_rng(rng: Any) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
-                        f"got {type(rng).__name__}")
-    return rng
-
-
-def as_probs(values: Any, tokens: np.ndarray) -> np.ndarray:
-    """The target's distributions over the draft slots of ``tokens`` (B, n) as (B, n, V)
-    float64 (SGLang's flat (B * n, V) accepted): finite, >= 0, rows summing to 1, and a
-    vocabulary holding every drafted token."""
-    arr = np.asarray(host_array(values, "target_probs", "floating-point probabilities"))
-    b, n = tokens.shape
-    if arr.ndim == 2 and arr.shape[0] == b * n:
-        arr = arr.reshape(b, n, arr.shape[1])
-    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
-        raise ValueError(f"target_probs must have shape (batch, draft_token_num, vocab) = "
-                         f"({b}, {n}, V) or ({b * n}, V) with V > 0, got {arr.shape}")
-    if arr.dtype.kind != "f":
-        raise TypeError(f"target_probs must hold floating-point probabilities, got dtype "
-                        f"{arr.dtype}")
-    if not np.isfinite(arr).all():
-        idx = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
-        raise ValueError(f"target_probs{list(idx)} is {arr[idx]}: probabilities must be finite")
-    if (arr < 0).any():
-        idx = tuple(int(i) for i in np.argwhere(arr < 0)[0])
-        raise ValueError(f"target_probs{list(idx)} = {arr[idx]} is negative")
-    sums = arr.sum(axis=2, dtype=np.float64)
-    tol = 1e-6 if arr.dtype == np.float64 else 1e-3
-    bad = np.abs(sums - 1.0) > tol
-    if bad.any():
-        i, j = (int(x) for x in np.argwhere(bad)[0])
-        raise ValueError(f"target_probs[{i}, {j}] sums to {sums[i, j]:.6g}, not 1 (tolerance "
-                         f"{tol:g}): pass the target's distribution (softmax after temperature, "
-                         "top-k/top-p), not logits")
-    vocab = arr.shape[2]
-    kids = tokens[:, 1:]  # the root's token is never looked up
-    if kids.size and (kids.max() >= vocab or kids.min() < 0):
-        i, j = (int(x) for x in np.argwhere((kids >= vocab) | (kids < 0))[0])
-        j += 1
-        raise ValueError(f"draft token {int(tokens[i, j])} at [{i}, {j}] is outside the "
-                         f"vocabulary of target_probs (size {vocab})")
-    return arr.astype(np.float64, copy=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -145,7 +145,7 @@ def verify_greedy_logits(drafts: DraftBatch, logits) -> VerifyResult:
             raise ValueError(f"logits must have shape (batch, draft_token_num, vocab) = ({b}, "
                              f"{n}, V) or ({b * n}, V) with V > 0, got {shape}")
         return verify_greedy(drafts, logits.argmax(dim=-1).cpu().numpy())
-    return verify_greedy(drafts, v.as_logits(logits, b, n).argmax(axis=-1))
+    return verify_greedy(drafts, _as_logits(logits, b, n).argmax(axis=-1))
 
 
 def _is_torch(x) -> bool:
@@ -217,10 +217,10 @@ def verify_sampling(drafts: DraftBatch, target_probs, *, rng: np.random.Generato
     ([[0, 2, -1]], [2], [[3, 5]])
     """
     _check_drafts(drafts)
-    v.check_rng(rng)
-    t_single = v.as_threshold(threshold_single, "threshold_single")
-    t_acc = v.as_threshold(threshold_acc, "threshold_acc")
-    probs = v.as_probs(target_probs, drafts.tokens)
+    _check_rng(rng)
+    t_single = _as_threshold(threshold_single, "threshold_single")
+    t_acc = _as_threshold(threshold_acc, "threshold_acc")
+    probs = _as_probs(target_probs, drafts.tokens)
     tokens = drafts.tokens
     next_token = drafts.retrieve_next_token
     next_sibling = drafts.retrieve_next_sibling
@@ -263,3 +263,73 @@ def verify_sampling(drafts: DraftBatch, target_probs, *, rng: np.random.Generato
         accept_lens[r] = k + 1
         emitted.append(np.asarray(out, dtype=np.int32))
     return VerifyResult(accept_index, accept_lens, emitted)
+
+
+# --- the checks of the target's outputs ------------------------------------------------------
+
+
+def _as_logits(values: Any, b: int, n: int) -> np.ndarray:
+    """Logits as (B, n, V) (SGLang's flat (B * n, V) accepted), V > 0, numeric, finite or not."""
+    arr = np.asarray(v.host_array(values, "logits", "numbers"))
+    if arr.ndim == 2 and arr.shape[0] == b * n:
+        arr = arr.reshape(b, n, arr.shape[1])
+    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
+        raise ValueError(f"logits must have shape (batch, draft_token_num, vocab) = ({b}, {n}, "
+                         f"V) or ({b * n}, V) with V > 0, got {arr.shape}")
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"logits must be numeric, got dtype {arr.dtype}")
+    return arr
+
+
+def _as_threshold(value: Any, name: str) -> float:
+    """An acceptance threshold of sampling verification: a finite number > 0."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0 (SGLang's default 1.0), got "
+                         f"{value!r}")
+    return float(value)
+
+
+def _check_rng(rng: Any) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    return rng
+
+
+def _as_probs(values: Any, tokens: np.ndarray) -> np.ndarray:
+    """The target's distributions over the draft slots of ``tokens`` (B, n) as (B, n, V)
+    float64 (SGLang's flat (B * n, V) accepted): finite, >= 0, rows summing to 1, and a
+    vocabulary holding every drafted token."""
+    arr = np.asarray(v.host_array(values, "target_probs", "floating-point probabilities"))
+    b, n = tokens.shape
+    if arr.ndim == 2 and arr.shape[0] == b * n:
+        arr = arr.reshape(b, n, arr.shape[1])
+    if arr.ndim != 3 or arr.shape[:2] != (b, n) or arr.shape[2] == 0:
+        raise ValueError(f"target_probs must have shape (batch, draft_token_num, vocab) = "
+                         f"({b}, {n}, V) or ({b * n}, V) with V > 0, got {arr.shape}")
+    if arr.dtype.kind != "f":
+        raise TypeError(f"target_probs must hold floating-point probabilities, got dtype "
+                        f"{arr.dtype}")
+    if not np.isfinite(arr).all():
+        idx = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+        raise ValueError(f"target_probs{list(idx)} is {arr[idx]}: probabilities must be finite")
+    if (arr < 0).any():
+        idx = tuple(int(i) for i in np.argwhere(arr < 0)[0])
+        raise ValueError(f"target_probs{list(idx)} = {arr[idx]} is negative")
+    sums = arr.sum(axis=2, dtype=np.float64)
+    tol = 1e-6 if arr.dtype == np.float64 else 1e-3
+    bad = np.abs(sums - 1.0) > tol
+    if bad.any():
+        i, j = (int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(f"target_probs[{i}, {j}] sums to {sums[i, j]:.6g}, not 1 (tolerance "
+                         f"{tol:g}): pass the target's distribution (softmax after temperature, "
+                         "top-k/top-p), not logits")
+    vocab = arr.shape[2]
+    kids = tokens[:, 1:]  # the root's token is never looked up
+    if kids.size and (kids.max() >= vocab or kids.min() < 0):
+        i, j = (int(x) for x in np.argwhere((kids >= vocab) | (kids < 0))[0])
+        j += 1
+        raise ValueError(f"draft token {int(tokens[i, j])} at [{i}, {j}] is outside the "
+                         f"vocabulary of target_probs (size {vocab})")
+    return arr.astype(np.float64, copy=False)
