@@ -22,6 +22,7 @@ DOC = ROOT / "docs" / "architecture.md"
 MAX_LINES = 700
 MAX_TOP_LEVEL = 8  # modules beside the packages (``__init__`` not counted)
 MAX_PACKAGE = 12  # modules in one package directory (its ``__init__`` and subpackages not counted)
+MAX_LINES = 550  # lines in one module
 
 
 def _modules() -> dict[str, Path]:
@@ -132,6 +133,12 @@ def test_the_top_level_is_the_front_and_a_few_leaves():
 def test_no_package_outgrows_a_dozen_modules(package):
     modules = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
     assert len(modules) <= MAX_PACKAGE, f"{package.name}: {modules} (group them by topic)"
+
+
+def test_no_module_outgrows_550_lines():
+    long = sorted(f"{p.relative_to(PACKAGE)}: {n}" for p in PACKAGE.rglob("*.py")
+                  if (n := len(p.read_text().splitlines())) > MAX_LINES)
+    assert long == [], "split them along their seams"
 
 
 def test_no_import_goes_up_a_layer_but_the_listed_exceptions():
