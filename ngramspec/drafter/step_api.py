@@ -403,6 +403,55 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
                 lens = np.minimum(lens, cap)
         self._accept_matrix(matrix, lens)
 
+    def accept_matrix(self, tokens: Any, lengths: Any) -> None:
+        """:meth:`accept` of the pending requests' emitted tokens as one matrix: the form for a
+        loop that verifies elsewhere and has the tokens in an array (vLLM's runner does).
+
+        Parameters
+        ----------
+        tokens : (R, W) int array
+            Row ``r``: what the ``r``-th request of :attr:`pending` emitted (its accepted
+            drafts, then the bonus token), left-aligned; the rest of the row is not read.
+        lengths : (R,) int array
+            Tokens emitted per row, each in ``1 .. W``.
+
+        Raises
+        ------
+        ValueError
+            A shape that does not fit the pending requests, a length out of range, or what
+            :meth:`accept` refuses (tokens that are no path of the proposed tree + a bonus
+            token, a negative id); nothing is recorded then.
+
+        Examples
+        --------
+        >>> import numpy as np, ngramspec as ns
+        >>> drafter = ns.Drafter(config=ns.NgramConfig.recommended(draft_token_num=4))
+        >>> drafter.add_request(0, [5, 6, 7, 5, 6], first_token=7)  # its own index: the prompt
+        >>> drafter.propose([0]).tokens.tolist()
+        [[7, 5, 6, 7]]
+        >>> drafter.accept_matrix(np.array([[5, 6, 9]], np.int32), np.array([3]))
+        >>> drafter.steps(0)
+        [3]
+        """
+        r = len(self._pend_keys)
+        if r == 0:
+            raise ValueError("accept_matrix(): nothing is pending; call propose() first")
+        if not (type(tokens) is np.ndarray and tokens.dtype == np.int32 and tokens.ndim == 2
+                and tokens.flags.c_contiguous):
+            tokens = _int32_matrix(tokens, "tokens")
+        if tokens.shape[0] != r:
+            raise ValueError(f"tokens has {tokens.shape[0]} rows but {r} requests are pending "
+                             "(one row each, in the order of Drafter.pending)")
+        if not (type(lengths) is np.ndarray and lengths.dtype == np.int64 and
+                lengths.shape == (r,)):
+            lengths = v.as_lengths(lengths, r, "lengths", minimum=1)
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo < 1 or hi > tokens.shape[1]:
+            b = int(np.argmin(lengths) if lo < 1 else np.argmax(lengths))
+            raise ValueError(f"lengths[{b}] = {int(lengths[b])}: each row emits 1 .. "
+                             f"{tokens.shape[1]} tokens (the columns of tokens)")
+        self._accept_matrix(tokens, lengths)
+
     def verify_and_accept(self, drafts: DraftBatch, target_predict: Any, *,
                           max_tokens: Any = None) -> VerifyResult:
         """:func:`verify_greedy` of the last proposal and :meth:`accept` of its result, in
@@ -483,3 +532,16 @@ def _finish_from(cfg: NgramConfig, plen: int) -> int:
     if cfg.shared_prompt_window is not None:
         start = max(start, plen - cfg.shared_prompt_window)
     return start
+
+
+def _int32_matrix(values: Any, name: str) -> np.ndarray:
+    """A 2-D matrix of token ids as a C-ordered int32 array (ids beyond int32 refused)."""
+    arr = np.asarray(v.host_array(values, name))
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix (requests x tokens), got {arr.ndim} "
+                         "dimension(s)")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
+    if arr.size and (arr.min() < v.INT32_MIN or arr.max() > v.INT32_MAX):
+        raise v.int32_range_error(name, arr.min(), arr.max())
+    return np.ascontiguousarray(arr, np.int32)

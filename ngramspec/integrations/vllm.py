@@ -186,6 +186,8 @@ class Proposer:
         self._sent = self._accepted = 0                 # drafts sent / accepted (cost-aware)
         self._last: Any = None                          # the last DraftBatch proposed
         self._last_row: dict[int, int] = {}             # its row of each request
+        self._cols = np.arange(k + 1, dtype=np.int64)   # (the emitted tokens' columns)
+        self._one_len = np.ones(1, np.int64)
         self.resyncs = 0
 
     def _warm(self, backend: str, costs: Any) -> None:
@@ -275,8 +277,9 @@ class Proposer:
         own = owner.tolist()
         em = emitted.tolist()
         sizes = n[:b].tolist()
-        accept: dict[int, np.ndarray] = {}
+        accept: list[tuple[int, int]] = []  # (pending order, row)
         fresh: list[int] = []
+        order = self._last_row
         for row in range(b):
             rid, e = own[row], em[row]
             if rid < 0:
@@ -289,14 +292,13 @@ class Proposer:
                     own[row] = -1
                 continue
             if rid in pending:
-                size = sizes[row]
-                accept[rid] = ctx[row, size - e:size]
+                accept.append((order[rid], row))
             else:  # tokens the drafter did not see proposed (e.g. past max_model_len)
                 self._finish(rid)
                 self.resyncs += 1
                 fresh.append(row)
         if accept:
-            for rid in self._accept(accept):
+            for rid in self._accept(accept, ctx, n, em, own):
                 row = own.index(rid)
                 own[row] = -1
                 fresh.append(row)
@@ -361,32 +363,54 @@ class Proposer:
         for rid in sorted(lost):
             self._finish(rid)
 
-    def _accept(self, accept: dict[int, np.ndarray]) -> list[int]:
-        """``accept`` the pending requests' emitted tokens; a request whose tokens are no path
-        of its chain + a bonus token is finished, to be added again from its context (its id
-        is returned)."""
+    def _accept(self, accept: list[tuple[int, int]], ctx: np.ndarray, n: np.ndarray,
+                emitted: list[int], own: list[int]) -> list[int]:
+        """``accept`` the pending requests' emitted tokens (``accept``: (pending order, row)
+        of each, every pending request once), read from their rows' contexts as one matrix; a
+        request whose tokens are no path of its chain + a bonus token is finished, to be added
+        again from its context (its id is returned)."""
+        accept.sort()
+        em = [emitted[row] for _, row in accept]
         if self.costs is not None:
-            for rid, toks in accept.items():
-                sent = self._pending.get(rid, 0)
+            for (_, row), e in zip(accept, em):
+                sent = self._pending.get(own[row], 0)
                 self._sent += sent
-                self._accepted += min(sent, toks.size - 1)
+                self._accepted += min(sent, e - 1)
+        if len(accept) == 1:  # a server's batch 1: a view of the row (int32 in vLLM)
+            row, e = accept[0][1], em[0]
+            size = int(n[row])
+            matrix = ctx[row:row + 1, size - e:size]
+            lens = self._one_len
+            lens[0] = e
+        else:
+            rows = np.array([row for _, row in accept], np.int64)
+            lens = np.array(em, np.int64)
+            w = max(em)
+            if w > self._cols.size:  # (more than a chain + its bonus: refused below)
+                self._cols = np.arange(w, dtype=np.int64)
+            # Row j: the last lens[j] tokens of its context, left-aligned (the rest, clipped
+            # into the array, is not read).
+            cols = np.minimum((n[rows] - lens)[:, None] + self._cols[:w], ctx.shape[1] - 1)
+            matrix = ctx[rows[:, None], cols]
         try:
-            self.drafter.accept(accept)
+            self.drafter.accept_matrix(matrix, lens)
             return []
         except ValueError:
             pass
+        tokens = {own[row]: np.asarray(matrix[j, :e], np.int32) for j, (e, (_, row)) in
+                  enumerate(zip(em, accept))}
         bad = []
-        for rid, toks in accept.items():
+        for rid, toks in tokens.items():
             try:
                 self._check_chain(rid, toks)
             except ValueError:
                 bad.append(rid)
         for rid in bad:
-            del accept[rid]
+            del tokens[rid]
             self._finish(rid)
             self.resyncs += 1
-        if accept:
-            self.drafter.accept(accept)
+        if tokens:
+            self.drafter.accept(tokens)
         return bad
 
     def _check_chain(self, rid: int, toks: np.ndarray) -> None:
