@@ -30,7 +30,7 @@ __all__ = ["INT32_MIN", "INT32_MAX", "is_tensor", "host_array", "as_sequence", "
            "serving_batch", "as_serving_one",
            "as_request_id", "as_request_ids", "as_total_lens", "as_lengths", "as_count_from",
            "check_config", "check_backend", "check_bool", "as_positive_int",
-           "as_token_matrix",
+           "as_token_matrix", "as_int32_matrix",
            "renamed_keyword", "as_token", "first_negative", "negative_error",
            "refuse_negative", "duplicate_error"]
 
@@ -482,6 +482,19 @@ def as_token_matrix(values: Any, shape: tuple[int, int], name: str, *,
 
 
 int32_range_error = _int32_range_error
+
+
+def as_int32_matrix(values: Any, name: str) -> np.ndarray:
+    """A 2-D matrix of token ids as a C-ordered int32 array (ids beyond int32 refused)."""
+    arr = np.asarray(host_array(values, name))
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix (requests x tokens), got {arr.ndim} "
+                         "dimension(s)")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
+    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        raise _int32_range_error(name, arr.min(), arr.max())
+    return np.ascontiguousarray(arr, np.int32)
 
 
 # Renamed keywords --------------------------------------------------------------------------

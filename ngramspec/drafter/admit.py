@@ -54,13 +54,21 @@ class PrepareSteps:
         >>> drafter.propose(["a"]).tokens[0, :4].tolist()
         [4, 1, 2, 3]
         """
-        self._prepare_many([rid], [prompt_ids])
+        self.prepare_many([rid], [prompt_ids])
 
-    def _prepare_many(self, rids: Any, prompts: Any) -> None:
-        """:meth:`prepare` of several requests: all checked before anything changes, the
-        store's rows and width reserved once for all of them, and their builds handed to
-        the indexing thread last (it would share the caller's core while the caller is
-        still here)."""
+    def prepare_many(self, rids: Any, prompts: Any) -> None:
+        """:meth:`prepare` of several requests (a server's extend batch): all checked before
+        anything changes, the store's rows and width reserved once for all of them, and
+        their builds handed to the indexing thread last, in one call (it would share the
+        caller's core while the caller is still here).
+
+        Parameters
+        ----------
+        rids : sequence of str or int
+            The requests' ids (none in flight).
+        prompts : sequence of 1-D sequences of int
+            Their prompts, in the same order.
+        """
         checked = [self._new_request(rid, p) for rid, p in zip(rids, prompts)]
         if not checked:
             return
@@ -107,7 +115,7 @@ class PrepareSteps:
 
 
 def _build_all(mem: Any, jobs: list, prompt_uncounted: bool) -> None:
-    """The indexing thread's work for one :meth:`PrepareSteps._prepare_many`: each prompt's
+    """The indexing thread's work for one :meth:`PrepareSteps.prepare_many`: each prompt's
     own index into its future, in order (a cancelled one skipped, a failure kept in its
     future for :meth:`~ngramspec.Drafter.add_request` to raise)."""
     for job, row in jobs:

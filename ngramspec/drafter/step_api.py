@@ -198,6 +198,17 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         """Ids of the requests in flight, in the order they were added."""
         return list(self._slot)
 
+    def __len__(self) -> int:
+        """Requests in flight."""
+        return len(self._slot)
+
+    def __contains__(self, rid: object) -> bool:
+        """Whether ``rid`` is in flight (added, not finished)."""
+        try:
+            return rid in self._slot
+        except TypeError:  # (an unhashable id is none of them)
+            return False
+
     @property
     def pending(self) -> list[Hashable]:
         """Ids proposed and not yet accepted, in batch order."""
@@ -438,7 +449,7 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
             raise ValueError("accept_matrix(): nothing is pending; call propose() first")
         if not (type(tokens) is np.ndarray and tokens.dtype == np.int32 and tokens.ndim == 2
                 and tokens.flags.c_contiguous):
-            tokens = _int32_matrix(tokens, "tokens")
+            tokens = v.as_int32_matrix(tokens, "tokens")
         if tokens.shape[0] != r:
             raise ValueError(f"tokens has {tokens.shape[0]} rows but {r} requests are pending "
                              "(one row each, in the order of Drafter.pending)")
@@ -532,16 +543,3 @@ def _finish_from(cfg: NgramConfig, plen: int) -> int:
     if cfg.shared_prompt_window is not None:
         start = max(start, plen - cfg.shared_prompt_window)
     return start
-
-
-def _int32_matrix(values: Any, name: str) -> np.ndarray:
-    """A 2-D matrix of token ids as a C-ordered int32 array (ids beyond int32 refused)."""
-    arr = np.asarray(v.host_array(values, name))
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D matrix (requests x tokens), got {arr.ndim} "
-                         "dimension(s)")
-    if arr.size and arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
-    if arr.size and (arr.min() < v.INT32_MIN or arr.max() > v.INT32_MAX):
-        raise v.int32_range_error(name, arr.min(), arr.max())
-    return np.ascontiguousarray(arr, np.int32)

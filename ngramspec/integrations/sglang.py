@@ -364,11 +364,11 @@ class NgramCorpus:
             if held is not None and held.size == seq.size and np.array_equal(held, seq):
                 continue
             self._prompts[k] = seq
-            if dr is not None and k not in dr._slot:  # (in flight: already indexed)
+            if dr is not None and k not in dr:  # (in flight: already indexed)
                 new_keys.append(k)
                 new_seqs.append(seq)
         if new_keys:
-            dr._prepare_many(new_keys, new_seqs)
+            dr.prepare_many(new_keys, new_seqs)
         if len(self._prompts) > NOTED_MAX:
             flying = set(dr.requests) if dr is not None else set()
             idle = [k for k in self._prompts if k not in flying]
@@ -404,7 +404,7 @@ class NgramCorpus:
         dr = self._drafter
         keys = req_ids if type(req_ids) is list else list(req_ids)
         last = self._last_keys
-        if last is None or last != dr._pend_keys or len(dr._slot) != len(last) or not keys \
+        if last is None or len(dr) != len(last) or last != dr.pending or not keys \
                 or not set(map(type, total_lens)) <= _INT:
             return None
         packed = pack_windows(batch_tokens)
@@ -456,7 +456,7 @@ class NgramCorpus:
                 dr.finish(k)
                 self._forget(k)
         try:
-            dr._accept_matrix(matrix, new)
+            dr.accept_matrix(matrix, new)
         except ValueError:  # not a path of its tree: _step says so and restarts them
             return None
         for k in finals:  # (departures with their final tokens: accepted, then gone)

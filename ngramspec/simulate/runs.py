@@ -124,6 +124,27 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
     # the sizes' memory, before anything is allocated
     check_fits(config, concurrency, request_steps=sum(o.size for o in outputs))
     ids = [r["id"] for r in rows]
+    emitted, drafts, cpu, batch_steps, wall, by_source = _run_replay(
+        prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs)
+    # Timed by an explicit call (ngramspec.time_drafting, which predictions make): compiling
+    # the step API's kernels is for the runs that predict, not for every simulation.
+    pending = (prompts, outputs, costs, int(step_api_steps)) \
+        if step_api_steps and not config.vllm else None  # vLLM's proposer has no step API
+    return SimulationResult(
+        config=config, concurrency=concurrency, backend=backend, ids=ids,
+        metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
+        prompt_lens=np.asarray([p.size for p in prompts], np.int64),
+        output_lens=np.asarray([o.size for o in outputs], np.int64),
+        emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
+        batch_steps=batch_steps, accepted_by_source=by_source, timing_streams=pending)
+
+
+def _run_replay(prompts: list[np.ndarray], outputs: list[np.ndarray], config: NgramConfig,
+                concurrency: int, backend: str, ids: list, progress: ProgressFn | None,
+                corpora: Any, costs: Any) -> tuple:
+    """The replay that runs ``config``: vLLM's lookup, the compiled serving loop, or the
+    readable one (chains, the reference backend); ``(emitted, drafts, draft seconds, batch
+    steps, wall seconds, accepted drafts by source or None)``."""
     by_source = None
     if config.vllm:
         if corpora:
@@ -148,17 +169,7 @@ def simulate(streams: StreamSource, *, config: NgramConfig | None = None,
             prompts, outputs, config, concurrency, backend, ids, progress, corpora, costs,
             sources=found)
         by_source = found or None
-    # Timed by an explicit call (ngramspec.time_drafting, which predictions make): compiling
-    # the step API's kernels is for the runs that predict, not for every simulation.
-    pending = (prompts, outputs, costs, int(step_api_steps)) \
-        if step_api_steps and not config.vllm else None  # vLLM's proposer has no step API
-    return SimulationResult(
-        config=config, concurrency=concurrency, backend=backend, ids=ids,
-        metadata=[{k: v for k, v in r.items() if k not in TOKEN_FIELDS} for r in rows],
-        prompt_lens=np.asarray([p.size for p in prompts], np.int64),
-        output_lens=np.asarray([o.size for o in outputs], np.int64),
-        emitted=emitted, drafts=drafts, draft_seconds=cpu, wall_seconds=wall,
-        batch_steps=batch_steps, accepted_by_source=by_source, timing_streams=pending)
+    return emitted, drafts, cpu, batch_steps, wall, by_source
 
 
 def _replay_lookup(prompts, outputs, config: NgramConfig, backend: str,

@@ -296,3 +296,25 @@ def test_the_step_api_timing_counts_no_kernel_compile_or_load():
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["BFS 1 []", "BFS 3 []", "ADAPTIVE 1 []", "ADAPTIVE 3 []"]
+
+
+def test_len_contains_and_prepare_many():
+    """The collection view of the requests in flight, and ``prepare_many`` as ``prepare`` of
+    each (the same drafts as requests added without preparing)."""
+    cfg = ns.NgramConfig.recommended(capacity=10_000)
+    ready, plain = ns.Drafter(config=cfg), ns.Drafter(config=cfg)
+    prompts = {"a": [1, 2, 3, 4, 1, 2, 3], 7: [5, 6, 7, 5, 6, 9, 5, 6]}
+    ready.prepare_many(list(prompts), list(prompts.values()))
+    assert ready.prepared == ["a", 7] and len(ready) == 0 and "a" not in ready
+    for rid, p in prompts.items():
+        ready.add_request(rid, p, first_token=p[-3])
+        plain.add_request(rid, p, first_token=p[-3])
+    assert len(ready) == 2 and "a" in ready and 7 in ready and 8 not in ready
+    assert [1] not in ready  # an unhashable id is no request, not an error
+    a, b = ready.propose(["a", 7]), plain.propose(["a", 7])
+    assert_array_equal(a.tokens, b.tokens)
+    assert_array_equal(a.mask, b.mask)
+    with pytest.raises(ValueError, match="already in flight"):
+        ready.prepare_many(["a"], [[1, 2]])
+    ready.finish("a")
+    assert len(ready) == 1 and "a" not in ready
