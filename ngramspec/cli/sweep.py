@@ -88,31 +88,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> int:
     jobs = default_jobs(args)
     check_executor_args(args, jobs)
-    if args.retries < 0:
-        raise ValueError(f"--retries must be >= 0, got {args.retries}")
-    if args.top is not None and args.top < 1:
-        raise ValueError(f"--top must be >= 1, got {args.top}")
-    if args.holdout is not None and args.holdout_by is not None:
-        raise ValueError("give --holdout or --holdout-by, not both")
-    if args.resume and not args.out:
-        raise ValueError("--resume continues a results file: give it with --out")
-    # Every input is checked before the first setting runs.
-    best_as = args.best_as or ("toml" if args.best_out is not None else None)
-    for flag, path in (("--json", args.json), ("--best-out", args.best_out)):
-        if path is not None:
-            check_out_file(flag, path)
-    if args.plot:
-        check_plot(args.plot)
-    cost = cost_model(args)
-    check_engine(args, cost)
-    if best_as == "vllm" and args.engine != "vllm":
-        raise ValueError("--best-as vllm chooses the setting for vLLM: rank it as vLLM runs "
-                         "it, add --engine vllm (and a cost: --cost-table, or --step-ms and "
-                         "--token-ms)")
-    if best_as == "sglang" and args.engine != "sglang":
-        raise ValueError("--best-as sglang chooses the setting for SGLang's server: rank it as "
-                         "SGLang runs it, add --engine sglang (and a cost: --cost-table, or "
-                         "--step-ms and --token-ms)")
+    best_as, cost = _check_flags(args)
     base = base_options(args)
     grid, tree_sizes, searched = _grid(args, base, best_as)
     conc = parse_concurrency(args.concurrency)
@@ -175,20 +151,8 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
     out.write("\n".join(format_table(cols, _rows(shown, names, cost is not None, holdout)))
               + "\n")
     if holdout:
-        best = results[0]
-        on_hold = sorted(results, key=lambda r: -r["holdout"][key])
-        place = next(i for i, r in enumerate(on_hold, 1) if r is best)
-        what = "speed-up" if cost is not None else "tokens/step"
-        fmt = speed_up_text if cost is not None else (lambda x: f"{x:.3f}")
-        tuned = (speed_up_cell(_prediction(best)) if cost is not None else
-                 f"{best[key]:.3f} ({best['tokens_per_step_low']:.3f}–"
-                 f"{best['tokens_per_step_high']:.3f})")
-        out.write(f"winner on the tuning part ({len(rows)} requests): "
-                  f"{options_label(best['options'], results)}"
-                  f"{' at concurrency ' + str(best['concurrency']) if len(conc) > 1 else ''}; "
-                  f"on the hold-out part ({len(held)} requests) its {what} is "
-                  f"{fmt(best['holdout'][key])} (tuning: {tuned}), rank {place} of "
-                  f"{len(results)} there\n")
+        out.write(_holdout_line(results, key, cost is not None, len(rows), len(held),
+                                len(conc) > 1))
     if any(asked != c for asked, c in levels):
         out.write(f"(concurrency above {len(rows)} requests runs at {len(rows)})\n")
     if cost is not None:
@@ -227,6 +191,56 @@ def _run(args: argparse.Namespace, out: TextIO, files: contextlib.ExitStack) -> 
                   f"stderr{'; --resume runs them again' if results_file is not None else ''})\n")
         return 1
     return 0
+
+
+def _check_flags(args: argparse.Namespace) -> tuple[str | None, Any]:
+    """Every flag checked before the first setting runs: the winner's format (``--best-as``,
+    or toml with ``--best-out``) and the cost."""
+    if args.retries < 0:
+        raise ValueError(f"--retries must be >= 0, got {args.retries}")
+    if args.top is not None and args.top < 1:
+        raise ValueError(f"--top must be >= 1, got {args.top}")
+    if args.holdout is not None and args.holdout_by is not None:
+        raise ValueError("give --holdout or --holdout-by, not both")
+    if args.resume and not args.out:
+        raise ValueError("--resume continues a results file: give it with --out")
+    # Every input is checked before the first setting runs.
+    best_as = args.best_as or ("toml" if args.best_out is not None else None)
+    for flag, path in (("--json", args.json), ("--best-out", args.best_out)):
+        if path is not None:
+            check_out_file(flag, path)
+    if args.plot:
+        check_plot(args.plot)
+    cost = cost_model(args)
+    check_engine(args, cost)
+    if best_as == "vllm" and args.engine != "vllm":
+        raise ValueError("--best-as vllm chooses the setting for vLLM: rank it as vLLM runs "
+                         "it, add --engine vllm (and a cost: --cost-table, or --step-ms and "
+                         "--token-ms)")
+    if best_as == "sglang" and args.engine != "sglang":
+        raise ValueError("--best-as sglang chooses the setting for SGLang's server: rank it as "
+                         "SGLang runs it, add --engine sglang (and a cost: --cost-table, or "
+                         "--step-ms and --token-ms)")
+    return best_as, cost
+
+
+def _holdout_line(results: list[dict], key: str, priced: bool, tuned_n: int, held_n: int,
+                  levels: bool) -> str:
+    """The tuning part's winner and how it does on the hold-out part (rank there)."""
+    best = results[0]
+    on_hold = sorted(results, key=lambda r: -r["holdout"][key])
+    place = next(i for i, r in enumerate(on_hold, 1) if r is best)
+    what = "speed-up" if priced else "tokens/step"
+    fmt = speed_up_text if priced else (lambda x: f"{x:.3f}")
+    tuned = (speed_up_cell(_prediction(best)) if priced else
+             f"{best[key]:.3f} ({best['tokens_per_step_low']:.3f}–"
+             f"{best['tokens_per_step_high']:.3f})")
+    return (f"winner on the tuning part ({tuned_n} requests): "
+            f"{options_label(best['options'], results)}"
+            f"{' at concurrency ' + str(best['concurrency']) if levels else ''}; "
+            f"on the hold-out part ({held_n} requests) its {what} is "
+            f"{fmt(best['holdout'][key])} (tuning: {tuned}), rank {place} of "
+            f"{len(results)} there\n")
 
 
 def _grid(args: argparse.Namespace, base: dict[str, Any], best_as: str | None

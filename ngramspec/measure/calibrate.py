@@ -201,16 +201,7 @@ def measure(model: Any, *, batch: Sequence[int] = (1, 2, 3, 4, 16, 48),
     ValueError
         Bad options, a model that cannot be loaded, or no point measured at all.
     """
-    batch = _check_sizes("batch", batch)
-    tokens = _check_sizes("tokens", tokens)
-    if tokens[0] != 1:
-        raise ValueError("tokens must include 1: the plain decode step the table compares with")
-    for name, v, lo in (("context", context, 1), ("repeats", repeats, 1),
-                        ("warmup", warmup, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    if timing not in TIMINGS:
-        raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
+    batch, tokens = _check_grid(batch, tokens, context, repeats, warmup, timing)
     torch, dev = tl.setup(device, dtype=dtype, threads=threads)
     model, _ = tl.load_model(model, dev, dtype)
     vocab = int(model.config.vocab_size)
@@ -226,29 +217,8 @@ def measure(model: Any, *, batch: Sequence[int] = (1, 2, 3, 4, 16, 48),
         _, stepper.cache = tl.prefill(model, prompt)
 
     def point(b: int, n: int) -> tuple:
-        d = tree_batch(b, n, vocab=vocab, rng=rng)
-        kv = np.full(b, context, np.int64)
-        slots = [accepted_path(n)] * b
-        if timing == "forward":
-            ids = torch.from_numpy(d.tokens.astype(np.int64)).to(dev)
-            kw: dict[str, Any] = {"position_ids": torch.from_numpy(d.positions(kv)).to(dev)}
-            if n > 1:
-                kw["attention_mask"] = torch.from_numpy(d.additive_attention_mask(
-                    kv, dtype=stepper.np_mask_dtype)).to(dev, stepper.mask_dtype)
-        times = []
-        for i in range(warmup + repeats):
-            t0 = stepper.timed()
-            if timing == "forward":
-                tl.forward(model, ids, stepper.cache, **kw)
-            else:
-                stepper.step(d.tokens, kv, d if n > 1 else None)
-                if n > 1:
-                    stepper.keep(tl.kept_index(kv, context, slots)[0])
-            t1 = stepper.timed()
-            if i >= warmup:
-                times.append(t1 - t0)
-            tl.crop(stepper.cache, context)
-        return (b, n, 1e3 * float(np.median(times)), 1e3 * min(times), 1e3 * max(times))
+        return _time_point(model, stepper, torch, dev, rng, vocab, context, timing, warmup,
+                           repeats, b, n)
 
     def release() -> None:
         stepper.cache = None
@@ -303,3 +273,50 @@ def measure(model: Any, *, batch: Sequence[int] = (1, 2, 3, 4, 16, 48),
     left_out = {"batch": [b for b in batch if b not in keep_b],
                 "tokens": [n for n in tokens if n not in keep_n]}
     return Measurements(points, failed=failed, left_out=left_out, drift=drift, timing=timing)
+
+
+def _check_grid(batch: Sequence[int], tokens: Sequence[int], context: int, repeats: int,
+                warmup: int, timing: str) -> tuple[list[int], list[int]]:
+    """:func:`measure`'s options checked; the grid's sizes, sorted."""
+    batch = _check_sizes("batch", batch)
+    tokens = _check_sizes("tokens", tokens)
+    if tokens[0] != 1:
+        raise ValueError("tokens must include 1: the plain decode step the table compares with")
+    for name, v, lo in (("context", context, 1), ("repeats", repeats, 1),
+                        ("warmup", warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
+    return batch, tokens
+
+
+def _time_point(model: Any, stepper: Any, torch: Any, dev: Any, rng: np.random.Generator,
+                vocab: int, context: int, timing: str, warmup: int, repeats: int, b: int,
+                n: int) -> tuple:
+    """One point of the grid: ``(b, n, median_ms, min_ms, max_ms)`` of ``repeats`` steps of
+    ``b`` requests with ``n`` query tokens each, after ``warmup`` untimed ones (the KV cache
+    cropped back to ``context`` after each)."""
+    d = tree_batch(b, n, vocab=vocab, rng=rng)
+    kv = np.full(b, context, np.int64)
+    slots = [accepted_path(n)] * b
+    if timing == "forward":
+        ids = torch.from_numpy(d.tokens.astype(np.int64)).to(dev)
+        kw: dict[str, Any] = {"position_ids": torch.from_numpy(d.positions(kv)).to(dev)}
+        if n > 1:
+            kw["attention_mask"] = torch.from_numpy(d.additive_attention_mask(
+                kv, dtype=stepper.np_mask_dtype)).to(dev, stepper.mask_dtype)
+    times = []
+    for i in range(warmup + repeats):
+        t0 = stepper.timed()
+        if timing == "forward":
+            tl.forward(model, ids, stepper.cache, **kw)
+        else:
+            stepper.step(d.tokens, kv, d if n > 1 else None)
+            if n > 1:
+                stepper.keep(tl.kept_index(kv, context, slots)[0])
+        t1 = stepper.timed()
+        if i >= warmup:
+            times.append(t1 - t0)
+        tl.crop(stepper.cache, context)
+    return (b, n, 1e3 * float(np.median(times)), 1e3 * min(times), 1e3 * max(times))

@@ -409,17 +409,7 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
                          "pads every request to the widest; vLLM's steps (each request its own "
                          "tokens) are not realised here: check the chains with engine "
                          "'custom' (a custom loop), and price vLLM with simulate")
-    config = NgramConfig() if config is None else config
-    if not isinstance(config, NgramConfig):
-        raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
-    if not isinstance(cost_table, CostTable):
-        raise TypeError(f"cost_table must be a CostTable, got {type(cost_table).__name__}")
-    levels = [int(c) for c in concurrency]
-    if not levels or any(isinstance(c, bool) or c < 1 for c in concurrency):
-        raise ValueError(f"concurrency must be integers >= 1, got {list(concurrency)!r}")
-    for name, v in (("max_requests", max_requests), ("max_output", max_output)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    config, levels = _check_args(config, cost_table, concurrency, max_requests, max_output)
     tl.check_options(dtype=dtype, threads=threads)
     rows = read_streams(streams)
     if max_requests is not None:
@@ -436,16 +426,7 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
     cost_table.ms_array(np.array([1, 1, top, top]), np.array([1, n, 1, n]))
     # The prediction first: cheap, and it names a missing cost table point before any model
     # runs.
-    predicted = []
-    for c in levels:
-        run_at = min(c, len(rows))
-        sim = simulate(rows, config=config, concurrency=run_at, costs=auto)
-        if not getattr(cost_table, "drafting_included", False):
-            time_drafting(sim, rule)  # what the engine pays for drafting, on these streams
-        pred = predict_serving(sim, cost_table, engine=rule)
-        pred = with_interval(pred, bootstrap(sim, cost_table, engine=rule,
-                                             draft_ms=pred.draft_ms))
-        predicted.append((c, run_at, sim, pred))
+    predicted = _predictions(rows, config, levels, cost_table, auto, rule)
     torch, dev = tl.setup(device, dtype=dtype, threads=threads, what="check")
     model, name = tl.load_model(model, dev, dtype)
     _check_inputs(rows, int(model.config.vocab_size))
@@ -490,3 +471,37 @@ def check_against_model(model: Any, streams: Any, *, cost_table: CostTable,
     return CheckReport(rows=report_rows, config=config, cost_table=cost_table, model=name,
                        device=str(dev), requests=len(rows), identical=identical,
                        engine=rule.name)
+
+
+def _check_args(config: Any, cost_table: Any, concurrency: Any, max_requests: Any,
+                max_output: Any) -> tuple[NgramConfig, list[int]]:
+    """:func:`check_against_model`'s options checked: the configuration and the levels."""
+    config = NgramConfig() if config is None else config
+    if not isinstance(config, NgramConfig):
+        raise TypeError(f"config must be an NgramConfig, got {type(config).__name__}")
+    if not isinstance(cost_table, CostTable):
+        raise TypeError(f"cost_table must be a CostTable, got {type(cost_table).__name__}")
+    levels = [int(c) for c in concurrency]
+    if not levels or any(isinstance(c, bool) or c < 1 for c in concurrency):
+        raise ValueError(f"concurrency must be integers >= 1, got {list(concurrency)!r}")
+    for name, v in (("max_requests", max_requests), ("max_output", max_output)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    return config, levels
+
+
+def _predictions(rows: list[dict], config: NgramConfig, levels: list[int],
+                 cost_table: CostTable, auto: Any, rule: Any) -> list[tuple]:
+    """Per level: ``(level, level run, simulation, prediction with its interval)``, the
+    engine's drafting cost timed on these streams unless the table includes it."""
+    predicted = []
+    for c in levels:
+        run_at = min(c, len(rows))
+        sim = simulate(rows, config=config, concurrency=run_at, costs=auto)
+        if not getattr(cost_table, "drafting_included", False):
+            time_drafting(sim, rule)  # what the engine pays for drafting, on these streams
+        pred = predict_serving(sim, cost_table, engine=rule)
+        pred = with_interval(pred, bootstrap(sim, cost_table, engine=rule,
+                                             draft_ms=pred.draft_ms))
+        predicted.append((c, run_at, sim, pred))
+    return predicted
