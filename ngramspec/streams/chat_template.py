@@ -12,7 +12,7 @@ from typing import Any
 
 from .files import StreamError
 
-__all__ = ["load_chat_tokenizer", "import_transformers", "ImportRecordError"]
+__all__ = ["load_chat_tokenizer", "import_transformers", "ImportRecordError", "chat_renderer"]
 
 # transformers logs these "advisory" lines through ``logger.warning_advice`` (e.g. "PyTorch
 # was not found. Models won't be available ..." when it is imported without torch); it skips
@@ -287,3 +287,18 @@ class _Renderer:
                 continue
             out[i] = (p, o, last >= 0)
         return out
+
+
+def chat_renderer(tokenizer: Any, *, trust_remote_code: bool = False) -> "_Renderer":
+    """What renders and tokenises conversations for :func:`~ngramspec.streams.importers.
+    import_streams`: from a local tokenizer directory (loaded with its chat template) or a
+    loaded tokenizer that has one."""
+    directory = None
+    if isinstance(tokenizer, (str, os.PathLike)):
+        directory = tokenizer
+        tokenizer = load_chat_tokenizer(tokenizer, trust_remote_code=trust_remote_code)
+    elif not getattr(tokenizer, "chat_template", None):
+        raise ValueError("tokenizer: it has no chat template")
+    else:
+        directory = getattr(tokenizer, "name_or_path", None) or None
+    return _Renderer(tokenizer, _end_ids(tokenizer, directory))

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .chat_template import ImportRecordError, _end_ids, _Renderer, load_chat_tokenizer
+from .chat_template import ImportRecordError, chat_renderer, load_chat_tokenizer
 from .files import StreamError, validate_record
 
 __all__ = ["FORMATS", "ImportReport", "import_streams", "load_chat_tokenizer",
@@ -388,134 +388,36 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
     ValueError
         Bad arguments (format, tokenizer, fields).
     """
-    if format not in FORMATS:
-        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
-    if fields and format != "token-ids":
-        raise ValueError("--field maps token-ids records only (use --format token-ids)")
-    for key in fields or {}:
-        if key not in _TOKEN_FIELDS:
-            raise ValueError(f"--field {key}=...: unknown field; mappable: "
-                             f"{', '.join(_TOKEN_FIELDS)}")
-    renderer = None
-    if format != "token-ids":
-        if tokenizer is None:
-            raise ValueError(f"--format {format} needs --tokenizer DIR (a local Hugging Face "
-                             "tokenizer with a chat template)")
-        directory = None
-        if isinstance(tokenizer, (str, os.PathLike)):
-            directory = tokenizer
-            tokenizer = load_chat_tokenizer(tokenizer, trust_remote_code=trust_remote_code)
-        elif not getattr(tokenizer, "chat_template", None):
-            raise ValueError("tokenizer: it has no chat template")
-        else:
-            directory = getattr(tokenizer, "name_or_path", None) or None
-        renderer = _Renderer(tokenizer, _end_ids(tokenizer, directory))
+    renderer = _check_import(format, fields, tokenizer, trust_remote_code)
     if not paths:
         raise ValueError("no input files given")
     files = _sources(paths, format)
     total = sum(p.stat().st_size for p in files) or 1
     base = 0
-    report = ImportReport(out=str(out))
-    skipped: collections.Counter = collections.Counter()
-    seen_ids: set = set()
     out_path = Path(out)
     if out_path.is_dir():
         raise ValueError(f"--out {out}: is a directory; give a file name (.jsonl or .jsonl.gz)")
-    pool = ThreadPoolExecutor(max_workers=1) if renderer is not None else None
+    run = _Import(ImportReport(out=str(out)), renderer, strict, max_errors)
     fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp",
                                dir=str(out_path.parent) or ".")
     os.close(fd)
-
-    def skip(err: ImportRecordError) -> None:
-        if strict:
-            raise StreamError(str(err))
-        skipped[err.reason] += 1
-        if len(report.errors) < max_errors:
-            report.errors.append(str(err))
-
     try:
         # Level 3: most of level 9's size on token ids at a fraction of its time.
         sink_ctx = (gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3)
                     if out_path.name.endswith(".gz") else open(tmp, "w", encoding="utf-8"))
-        with sink_ctx as sink:
-            def write(rec: dict) -> None:
-                if rec["id"] in seen_ids:
-                    skip(ImportRecordError(f"{rec.get('_where', '')}: field 'id': duplicate "
-                                           f"id {rec['id']!r}", "duplicate id"))
-                    return
-                seen_ids.add(rec["id"])
-                rec.pop("_where", None)
-                sink.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
-                report.streams += 1
-
-            pending: list[tuple[str, list[dict], Any, int, dict]] = []
-
-            inflight: list[tuple] = []
-
-            def drain() -> None:
-                # Write the chunk whose encoding runs in the background, in input order.
-                if not inflight:
-                    return
-                assert renderer is not None
-                chunk, items, out_, keys, future = inflight.pop()
-                results = renderer.finish(items, out_, keys, *future.result())
-                for (where, _, _, _, rec), res in zip(chunk, results):
-                    if isinstance(res, ImportRecordError):
-                        skip(res)
-                        continue
-                    rec["prompt_ids"], rec["output_ids"], had_end = res
-                    report.no_end_token += not had_end
-                    write(rec)
-
-            def flush() -> None:
-                # Render this chunk here while the previous one is encoded in a thread.
-                assert renderer is not None and pool is not None
-                items = [(w, m, t, k) for w, m, t, k, _ in pending]
-                out_, keys, ps, ts = renderer.render(items)
-                if not renderer.encode_checked:
-                    drain()  # the first encoding checks itself alone
-                future = pool.submit(renderer.encode, ps, ts)
-                drain()
-                inflight.append((list(pending), items, out_, keys, future))
-                pending.clear()
-
+        with sink_ctx as run.sink:
             for path in files:
                 def tick(pos: int) -> None:
                     if progress is not None:
                         progress(min(base + pos, total), total)
 
                 for where, record in _records(path, tick):
-                    report.records += 1
-                    try:
-                        if isinstance(record, ImportRecordError):
-                            raise record
-                        if format == "token-ids":
-                            rec = _token_record(record, where, fields)
-                            rec["_where"] = where
-                            write(rec)
-                            continue
-                        messages, tools = _messages(record, where, format)
-                        turns = conversation_turns(messages)
-                        if not turns:
-                            raise ImportRecordError(f"{where}: no assistant message after "
-                                                    "another message (nothing the model "
-                                                    "generated)", "no assistant turn")
-                    except ImportRecordError as e:
-                        skip(e)
-                        continue
-                    cid = _conv_id(record, where)
-                    meta = _metadata(record)
-                    for n, k in enumerate(turns):
-                        rec = {"id": f"{cid}#{n}",
-                               "prompt_ids": None, "output_ids": None, **meta,
-                               "conversation": cid, "turn": n, "_where": where}
-                        pending.append((where, messages, tools, k, rec))
-                    if len(pending) >= _CHUNK:
-                        flush()
+                    run.add(where, record, format, fields)
                 base += path.stat().st_size
-            if pending:
-                flush()
-            drain()
+            if run.pending:
+                run.flush()
+            run.drain()
+        report, skipped = run.report, run.skipped
         report.skipped = dict(skipped)
         if report.streams == 0:
             why = f" (skipped: {', '.join(f'{c} {r}' for r, c in skipped.items())})" \
@@ -528,11 +430,118 @@ def import_streams(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLi
         os.replace(tmp, out_path)
         tmp = ""
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
+        if run.pool is not None:
+            run.pool.shutdown(wait=True)
         if tmp:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
     return report
+
+
+def _check_import(format: str, fields: Mapping[str, str] | None, tokenizer: Any,
+                  trust_remote_code: bool) -> Any:
+    """:func:`import_streams`'s options checked; the chat renderer (None for token ids)."""
+    if format not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if fields and format != "token-ids":
+        raise ValueError("--field maps token-ids records only (use --format token-ids)")
+    for key in fields or {}:
+        if key not in _TOKEN_FIELDS:
+            raise ValueError(f"--field {key}=...: unknown field; mappable: "
+                             f"{', '.join(_TOKEN_FIELDS)}")
+    if format == "token-ids":
+        return None
+    if tokenizer is None:
+        raise ValueError(f"--format {format} needs --tokenizer DIR (a local Hugging Face "
+                         "tokenizer with a chat template)")
+    return chat_renderer(tokenizer, trust_remote_code=trust_remote_code)
+
+
+class _Import:
+    """One :func:`import_streams` run: records in, streams out to ``sink`` in input order;
+    chat records rendered in chunks, each chunk's encoding in a thread while the next one is
+    rendered."""
+
+    def __init__(self, report: ImportReport, renderer: Any, strict: bool,
+                 max_errors: int) -> None:
+        self.report, self.renderer = report, renderer
+        self.strict, self.max_errors = strict, max_errors
+        self.skipped: collections.Counter = collections.Counter()
+        self.seen_ids: set = set()
+        self.sink: Any = None
+        self.pool = ThreadPoolExecutor(max_workers=1) if renderer is not None else None
+        self.pending: list[tuple[str, list[dict], Any, int, dict]] = []
+        self.inflight: list[tuple] = []
+
+    def skip(self, err: ImportRecordError) -> None:
+        if self.strict:
+            raise StreamError(str(err))
+        self.skipped[err.reason] += 1
+        if len(self.report.errors) < self.max_errors:
+            self.report.errors.append(str(err))
+
+    def write(self, rec: dict) -> None:
+        if rec["id"] in self.seen_ids:
+            self.skip(ImportRecordError(f"{rec.get('_where', '')}: field 'id': duplicate id "
+                                        f"{rec['id']!r}", "duplicate id"))
+            return
+        self.seen_ids.add(rec["id"])
+        rec.pop("_where", None)
+        self.sink.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.report.streams += 1
+
+    def add(self, where: str, record: Any, format: str, fields: Any) -> None:
+        """One input record: written (token ids), or its turns queued for rendering."""
+        self.report.records += 1
+        try:
+            if isinstance(record, ImportRecordError):
+                raise record
+            if format == "token-ids":
+                rec = _token_record(record, where, fields)
+                rec["_where"] = where
+                self.write(rec)
+                return
+            messages, tools = _messages(record, where, format)
+            turns = conversation_turns(messages)
+            if not turns:
+                raise ImportRecordError(f"{where}: no assistant message after another message "
+                                        "(nothing the model generated)", "no assistant turn")
+        except ImportRecordError as e:
+            self.skip(e)
+            return
+        cid = _conv_id(record, where)
+        meta = _metadata(record)
+        for n, k in enumerate(turns):
+            rec = {"id": f"{cid}#{n}", "prompt_ids": None, "output_ids": None, **meta,
+                   "conversation": cid, "turn": n, "_where": where}
+            self.pending.append((where, messages, tools, k, rec))
+        if len(self.pending) >= _CHUNK:
+            self.flush()
+
+    def drain(self) -> None:
+        """Write the chunk whose encoding runs in the background, in input order."""
+        if not self.inflight:
+            return
+        chunk, items, out_, keys, future = self.inflight.pop()
+        results = self.renderer.finish(items, out_, keys, *future.result())
+        for (where, _, _, _, rec), res in zip(chunk, results):
+            if isinstance(res, ImportRecordError):
+                self.skip(res)
+                continue
+            rec["prompt_ids"], rec["output_ids"], had_end = res
+            self.report.no_end_token += not had_end
+            self.write(rec)
+
+    def flush(self) -> None:
+        """Render the queued chunk here while the previous one is encoded in a thread."""
+        renderer = self.renderer
+        items = [(w, m, t, k) for w, m, t, k, _ in self.pending]
+        out_, keys, ps, ts = renderer.render(items)
+        if not renderer.encode_checked:
+            self.drain()  # the first encoding checks itself alone
+        future = self.pool.submit(renderer.encode, ps, ts)
+        self.drain()
+        self.inflight.append((list(self.pending), items, out_, keys, future))
+        self.pending.clear()

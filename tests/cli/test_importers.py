@@ -313,7 +313,8 @@ def test_chunks_keep_order(tokenizer_dir, tmp_path, monkeypatch):
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     # The fast paths were taken (and so are what the exactness test checked).
     from transformers import AutoTokenizer
-    r = imp._Renderer(AutoTokenizer.from_pretrained(str(tokenizer_dir)), set())
+    from ngramspec.streams.chat_template import _Renderer
+    r = _Renderer(AutoTokenizer.from_pretrained(str(tokenizer_dir)), set())
     r.streams([("x", CONVERSATIONS[0]["messages"], None, 2)])
     assert r.template is not None and r.backend is not None
     assert r.render_checked == {True, False} and r.encode_checked
