@@ -372,96 +372,128 @@ def replay_stream(requests: Iterable[tuple[np.ndarray, np.ndarray]], config: Ngr
     ReplayOutput
         Its ``emitted`` and ``drafts`` are empty (they went to ``on_finish``).
     """
-    it = iter(requests)
-    chunk = max(int(chunk), int(concurrency), 1)
-    win_p: list[np.ndarray] = []
-    win_o: list[np.ndarray] = []
-    win_g: list[int] = []
-    n_read = 0
-    exhausted = False
-    tokens_read = 0
+    win = _Window(requests, config, max(int(chunk), int(concurrency), 1), on_finish)
+    win.read()
+    conc = max(1, min(int(concurrency), max(win.n_read, 1))) if win.exhausted else \
+        int(concurrency)
+    run = win.run = _Run(config, conc, costs, None)
+    loop = run.loop
+    if not win.exhausted:  # until the last request is read, eviction is never ruled out
+        loop[L_ADMLEFT] += win.unknown
+    win.rebuild()
 
-    def read(k: int) -> None:
-        nonlocal n_read, exhausted, tokens_read
-        for _ in range(k):
-            item = next(it, None)
+    def report() -> None:
+        if progress is not None:
+            progress(win.done_tokens + int(win.out_len.sum()), win.tokens_read)
+
+    def more() -> None:
+        win.compact()
+        win.read()
+        win.rebuild()
+
+    cpu, wall = run.drive(_CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max,
+                          report, more)
+    win.compact()
+    if progress is not None:
+        progress(win.tokens_read, win.tokens_read)
+    return ReplayOutput([], [], int(loop[L_STEPS]), cpu, wall, conc)
+
+
+class _Window:
+    """A streaming replay's requests read and not yet handed over (``p``, ``o``: prompts and
+    outputs; ``g``: their positions in the iterator), and per request what the loop did so
+    far (output length, verify steps and their counts), carried across the kernel's arrays
+    as requests are read (:meth:`rebuild`) and finished ones dropped (:meth:`compact`)."""
+
+    def __init__(self, requests: Iterable, config: NgramConfig, chunk: int,
+                 on_finish: Callable[[int, np.ndarray, np.ndarray], None]) -> None:
+        self.it, self.config, self.chunk, self.on_finish = iter(requests), config, chunk, \
+            on_finish
+        self.p: list[np.ndarray] = []
+        self.o: list[np.ndarray] = []
+        self.g: list[int] = []
+        self.n_read = self.tokens_read = self.done_tokens = 0
+        self.exhausted = False
+        self.run: Any = None
+        # The node bound of admissions not read yet: more than the shared trie holds.
+        self.unknown = config.capacity + 1
+        self.out_len = np.zeros(0, np.int64)
+        self.em_steps = np.zeros(0, np.int64)
+        self.em_count = np.zeros(0, np.int32)
+        self.em_drafts = np.zeros(0, np.int32)
+        self.em_off = np.zeros(1, np.int64)
+        self.n_old = 0  # window requests whose bounds are already in the loop's totals
+
+    def read(self) -> None:
+        for _ in range(self.chunk):
+            item = next(self.it, None)
             if item is None:
-                exhausted = True
+                self.exhausted = True
                 return
             p, o = item
-            win_p.append(np.ascontiguousarray(p, np.int32))
-            win_o.append(np.ascontiguousarray(o, np.int32))
-            win_g.append(n_read)
-            n_read += 1
-            tokens_read += win_o[-1].size
+            self.p.append(np.ascontiguousarray(p, np.int32))
+            self.o.append(np.ascontiguousarray(o, np.int32))
+            self.g.append(self.n_read)
+            self.n_read += 1
+            self.tokens_read += self.o[-1].size
 
-    read(chunk)
-    conc = max(1, min(int(concurrency), max(n_read, 1))) if exhausted else int(concurrency)
-    run = _Run(config, conc, costs, None)
-    loop = run.loop
-    run_req, fin_req = run.run[1], run.run[4]
-    # Until the last request is read, the shared trie must not be proven free of eviction.
-    unknown = config.capacity + 1
-    # Carried per window request: output length so far, verify steps so far and their counts.
-    out_len = np.zeros(0, np.int64)
-    em_steps = np.zeros(0, np.int64)
-    em_count = np.zeros(0, np.int32)
-    em_drafts = np.zeros(0, np.int32)
-    em_off = np.zeros(1, np.int64)
-    n_old = 0  # window requests whose bounds are already in the loop's totals
-
-    def rebuild():
-        nonlocal out_len, em_steps, em_count, em_drafts, em_off, n_old
-        p_flat, p_off = _pack(win_p)
-        o_flat, o_off = _pack(win_o)
+    def rebuild(self) -> None:
+        """The kernel's arrays of the window, what the carried requests did so far kept."""
+        run, loop, n_old = self.run, self.run.loop, self.n_old
+        p_flat, p_off = _pack(self.p)
+        o_flat, o_off = _pack(self.o)
         plen, olen = np.diff(p_off), np.diff(o_off)
-        adm_shared, adm_local, fin = _bounds(plen, olen, config)
+        adm_shared, adm_local, fin = _bounds(plen, olen, self.config)
         loop[L_LEFT] += int(np.maximum(olen[n_old:] - 1, 0).sum())
         loop[L_ADMLEFT] += int(adm_shared[n_old:].sum())
         loop[L_FINLEFT] += int(fin[n_old:].sum())
-        if exhausted and loop[L_MORE]:
-            loop[L_ADMLEFT] -= unknown
-        loop[L_MORE] = 0 if exhausted else 1
+        if self.exhausted and loop[L_MORE]:
+            loop[L_ADMLEFT] -= self.unknown
+        loop[L_MORE] = 0 if self.exhausted else 1
         new_off = _emit_offsets(olen)
         new_count = np.zeros(int(new_off[-1]), np.int32)
         new_drafts = np.zeros(int(new_off[-1]), np.int32)
-        new_steps = np.zeros(len(win_p), np.int64)
-        new_len = np.zeros(len(win_p), np.int64)
+        new_steps = np.zeros(len(self.p), np.int64)
+        new_len = np.zeros(len(self.p), np.int64)
+        em_off, em_steps = self.em_off, self.em_steps
         for w in range(n_old):  # requests carried over keep what they did so far
             k = em_steps[w]
-            new_count[new_off[w]:new_off[w] + k] = em_count[em_off[w]:em_off[w] + k]
-            new_drafts[new_off[w]:new_off[w] + k] = em_drafts[em_off[w]:em_off[w] + k]
+            new_count[new_off[w]:new_off[w] + k] = self.em_count[em_off[w]:em_off[w] + k]
+            new_drafts[new_off[w]:new_off[w] + k] = self.em_drafts[em_off[w]:em_off[w] + k]
         new_steps[:n_old] = em_steps[:n_old]
-        new_len[:n_old] = out_len[:n_old]
-        out_len, em_steps, em_count, em_drafts, em_off = (new_len, new_steps, new_count,
-                                                          new_drafts, new_off)
-        n_old = len(win_p)
+        new_len[:n_old] = self.out_len[:n_old]
+        self.out_len, self.em_steps, self.em_count, self.em_drafts, self.em_off = (
+            new_len, new_steps, new_count, new_drafts, new_off)
+        self.n_old = len(self.p)
         run.streams = (p_flat, p_off, o_flat, o_off)
-        run.per_req = (out_len, adm_shared, adm_local, fin)
-        run.out = (em_off, em_steps, em_count, em_drafts)
+        run.per_req = (self.out_len, adm_shared, adm_local, fin)
+        run.out = (self.em_off, self.em_steps, self.em_count, self.em_drafts)
 
-    def compact():
+    def compact(self) -> None:
         """Hand the finished requests over, drop them and renumber the others."""
-        nonlocal n_old, out_len, em_steps, em_count, em_drafts, em_off, done_tokens
+        loop = self.run.loop
+        run_req, fin_req = self.run.run[1], self.run.run[4]
         nxt, nrun, nfin = int(loop[L_NEXT]), int(loop[L_NRUN]), int(loop[L_NFIN])
         busy = set(run_req[:nrun].tolist()) | set(fin_req[:nfin].tolist())
+        em_off, em_steps, em_count, em_drafts = (self.em_off, self.em_steps, self.em_count,
+                                                 self.em_drafts)
         keep = []
-        for w in range(len(win_p)):
+        for w in range(len(self.p)):
             if w < nxt and w not in busy:
                 k = em_steps[w]
-                on_finish(win_g[w], em_count[em_off[w]:em_off[w] + k].copy(),
-                          em_drafts[em_off[w]:em_off[w] + k].copy())
-                done_tokens += win_o[w].size
+                self.on_finish(self.g[w], em_count[em_off[w]:em_off[w] + k].copy(),
+                               em_drafts[em_off[w]:em_off[w] + k].copy())
+                self.done_tokens += self.o[w].size
             else:
                 keep.append(w)
-        new_index = np.full(len(win_p) + 1, -1, np.int64)
+        new_index = np.full(len(self.p) + 1, -1, np.int64)
         new_index[keep] = np.arange(len(keep))
         run_req[:nrun] = new_index[run_req[:nrun]]
         fin_req[:nfin] = new_index[fin_req[:nfin]]
         loop[L_NEXT] = sum(1 for w in keep if w < nxt)
-        win_p[:] = [win_p[w] for w in keep]
-        win_o[:] = [win_o[w] for w in keep]
-        win_g[:] = [win_g[w] for w in keep]
+        self.p[:] = [self.p[w] for w in keep]
+        self.o[:] = [self.o[w] for w in keep]
+        self.g[:] = [self.g[w] for w in keep]
         idx = np.asarray(keep, np.int64)
         k_steps = em_steps[idx]
         k_off = np.zeros(len(keep) + 1, np.int64)
@@ -471,27 +503,6 @@ def replay_stream(requests: Iterable[tuple[np.ndarray, np.ndarray]], config: Ngr
         for j, w in enumerate(keep):
             k_count[k_off[j]:k_off[j + 1]] = em_count[em_off[w]:em_off[w] + k_steps[j]]
             k_drafts[k_off[j]:k_off[j + 1]] = em_drafts[em_off[w]:em_off[w] + k_steps[j]]
-        out_len, em_steps, em_count, em_drafts, em_off = (out_len[idx], k_steps, k_count,
-                                                          k_drafts, k_off)
-        n_old = len(keep)
-
-    done_tokens = 0
-    if not exhausted:
-        loop[L_ADMLEFT] += unknown
-    rebuild()
-
-    def report() -> None:
-        if progress is not None:
-            progress(done_tokens + int(out_len.sum()), tokens_read)
-
-    def more() -> None:
-        compact()
-        read(chunk)
-        rebuild()
-
-    cpu, wall = run.drive(_CHUNK_STEPS if progress is not None else np.iinfo(np.int64).max,
-                          report, more)
-    compact()
-    if progress is not None:
-        progress(tokens_read, tokens_read)
-    return ReplayOutput([], [], int(loop[L_STEPS]), cpu, wall, conc)
+        self.out_len, self.em_steps, self.em_count, self.em_drafts, self.em_off = (
+            self.out_len[idx], k_steps, k_count, k_drafts, k_off)
+        self.n_old = len(keep)
