@@ -46,6 +46,19 @@ def check_trie(t, max_depth: int) -> np.ndarray:
     """Check a :class:`~ngramspec.engine.trie.TrieArrays` (all but frequencies, which depend on
     the config: :func:`check_freqs`); return the boolean live-slot mask."""
     m = t.meta
+    size = int(m[M_SIZE])
+    live = _live_slots(t)
+    nodes = np.flatnonzero(live)[1:]  # live non-root slots
+    _check_links(t, live, nodes, max_depth)
+    _check_child_lists(t, live, nodes)
+    _check_lru(t, live, nodes, size)
+    _check_child_table(t, live, size)
+    return live
+
+
+def _live_slots(t) -> np.ndarray:
+    """The counters, array shapes and free list checked; the boolean live-slot mask."""
+    m = t.meta
     size, unused, top = int(m[M_SIZE]), int(m[M_UNUSED]), int(m[M_FREETOP])
     alloc = t.alloc
     if not 1 <= size <= t.capacity:
@@ -75,8 +88,12 @@ def check_trie(t, max_depth: int) -> np.ndarray:
     live[free] = False
     if (t.ver < 1).any():
         _fail(f"slot {int(np.flatnonzero(t.ver < 1)[0])} has a version below 1")
+    return live
 
-    nodes = np.flatnonzero(live)[1:]  # live non-root slots
+
+def _check_links(t, live: np.ndarray, nodes: np.ndarray, max_depth: int) -> None:
+    """Parent links, depths and the child table seen from the nodes."""
+    alloc = t.alloc
     # Links, depth, frequency and the child table seen from the nodes.
     depth = np.full(alloc, -1, np.int64)
     depth[0] = 0
@@ -102,7 +119,11 @@ def check_trie(t, max_depth: int) -> np.ndarray:
     if depth[nodes].max(initial=0) > max_depth:
         _fail(f"a node is deeper than the trie depth {max_depth}")
 
-    # Child recency lists.
+
+def _check_child_lists(t, live: np.ndarray, nodes: np.ndarray) -> None:
+    """Each node's child recency list: live nodes, each once, its own children, links both
+    ways, one child per token."""
+    alloc = t.alloc
     seen = np.zeros(alloc, bool)
     for p in np.flatnonzero(live):
         p = int(p)
@@ -127,7 +148,11 @@ def check_trie(t, max_depth: int) -> np.ndarray:
     if missing.size:
         _fail(f"node {int(missing[0])} is live but in no child list")
 
-    # Global LRU list.
+
+def _check_lru(t, live: np.ndarray, nodes: np.ndarray, size: int) -> None:
+    """The global LRU list: every non-root node once, parents before children, child lists
+    in its order."""
+    m, alloc = t.meta, t.alloc
     pos = np.full(alloc, -1, np.int64)
     prev, g, k = -1, int(m[M_GHEAD]), 0
     while g != -1:
@@ -156,7 +181,11 @@ def check_trie(t, max_depth: int) -> np.ndarray:
                       f"node {c}")
             last, c = int(pos[c]), int(t.c_next[c])
 
-    # Child table as a whole (every live node is found under its own key, checked above).
+
+def _check_child_table(t, live: np.ndarray, size: int) -> None:
+    """The child table as a whole (every live node is found under its own key: checked by
+    :func:`_check_links`)."""
+    alloc = t.alloc
     ht = t.ht
     if ht.size & (ht.size - 1) or ht.size < 2 * alloc:
         _fail(f"child table size {ht.size} is not a power of two at least 2 x {alloc} slots")
@@ -168,7 +197,6 @@ def check_trie(t, max_depth: int) -> np.ndarray:
         _fail("child table holds a slot that is not a live non-root node")
     if np.unique(vals).size != vals.size:
         _fail("child table holds a node twice")
-    return live
 
 
 def check_freqs(t, live: np.ndarray, exact_counts: bool) -> None:
