@@ -133,6 +133,7 @@ class _Run:
             self.adaptive = (fcfg, calibration_array(config), cost_rows,
                              np.zeros(2, np.float64))
         self.corpora = corpora
+        self.prob = True if config.match_type == "PROB" else None  # (BFS: PROB not compiled)
         self.trie = TrieArrays(config.capacity)
         # Own indexes (local_index), each sized for its request's whole length at admission.
         self.local = [OwnIndexArrays(depth, config.own_window, 1)
@@ -171,7 +172,7 @@ class _Run:
             code = replay_kernel(self.streams, self.cfg, self.trie.bundle, self.local_list,
                                  self.states, self.remembered, self.run, self.per_req, self.out,
                                  BUCKET_COUNTS, 0 if first else max_steps, self.adaptive,
-                                 self.corpora)
+                                 self.prob, self.corpora)
             if first:
                 first = False
             else:

@@ -163,7 +163,7 @@ def _adaptive_tree(ctx, row, local, local_tries, a_params, t, bucket_counts, asc
 
 @jit(what="the serving-loop replay for this configuration")
 def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_req, out,
-                  bucket_counts, max_steps, adaptive, corpora):
+                  bucket_counts, max_steps, adaptive, prob, corpora):
     """Advance the replay; returns DONE, PAUSED (``max_steps`` reached), NEED_ROOM or (with
     ``loop[L_MORE]`` set, for :func:`replay_stream`) NEED_REQUESTS.
 
@@ -181,9 +181,10 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
     the float options (:func:`_config_arrays`), ``cal`` the calibration table (empty: count
     ratios), ``costs`` with ``min_expected_accept="auto"`` row ``b`` the step time of batch
     ``b`` per drafted-node cap (else 0 rows), and ``rate`` the expected tokens and time of the
-    steps so far (``choose_cap``).  ``adaptive`` and ``corpora`` are None when unused so that
-    Numba prunes their branches: a run compiles only the drafting it needs (the ADAPTIVE and
-    corpus drafting are most of the kernel's compile time).
+    steps so far (``choose_cap``).  ``adaptive`` and ``corpora`` are None when unused, and
+    ``prob`` None but for PROB trees (then True), so that Numba prunes their branches: a run
+    compiles only the drafting it needs (the ADAPTIVE, PROB and corpus drafting are most of
+    the kernel's compile time).
 
     Per request ``r`` (file order), step ``k`` of it writes ``em_count[em_off[r] + k]`` (tokens
     emitted) and ``em_drafts[em_off[r] + k]`` (real draft nodes in its tree).  NEED_ROOM sets
@@ -209,7 +210,6 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
     min_b = cfg[C_MINB]
     max_b = cfg[C_MAXB]
     budget = cfg[C_BUDGET]
-    mode = cfg[C_MODE]
     capacity = cfg[C_CAP]
     stateful = cfg[C_STATEFUL] != 0
     min_w = cfg[C_MINW]
@@ -398,13 +398,13 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
                 else:
                     count = window_anchors(ctx, min_w, max_w, t, sc.a_nodes, sc.a_depths)
                 if corpora is not None:  # external corpora (stateful profile only)
-                    used = draft_with_corpora(ctx, count, row, total, mode == MODE_PROB, bfs_top,
+                    used = draft_with_corpora(ctx, count, row, total, prob is not None, bfs_top,
                                               bfs_steps, min_b, max_b, t, sc, bucket_counts,
                                               corpora, c_scratch, out_tokens, out_mask,
                                               out_source)
                     parents = c_scratch[9]
                 else:
-                    if mode == MODE_PROB:
+                    if prob is not None:
                         used = build_prob(count, budget, max_b, t, sc, bucket_counts)
                     else:
                         used = build_bfs_scheduled(count, budget, bfs_top, bfs_steps, min_b,
