@@ -139,6 +139,8 @@ class _Run:
         self.local = [OwnIndexArrays(depth, config.own_window, 1)
                       for _ in range(conc if config.local_index else 1)]
         self.local_list = _trie_list(self.local)
+        # (None but for ADAPTIVE, the only trees drafted from them: not compiled for BFS/PROB)
+        self.kernel_local = self.local_list if self.adaptive is not None else None
         self.states = new_states(conc, depth)
 
         def remembered(width: int, on: bool):
@@ -169,7 +171,7 @@ class _Run:
         while True:
             c0 = time.thread_time()
             w0 = time.perf_counter()
-            code = replay_kernel(self.streams, self.cfg, self.trie.bundle, self.local_list,
+            code = replay_kernel(self.streams, self.cfg, self.trie.bundle, self.kernel_local,
                                  self.states, self.remembered, self.run, self.per_req, self.out,
                                  BUCKET_COUNTS, 0 if first else max_steps, self.adaptive,
                                  self.prob, self.corpora)

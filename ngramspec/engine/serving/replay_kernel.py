@@ -168,7 +168,8 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
     ``loop[L_MORE]`` set, for :func:`replay_stream`) NEED_REQUESTS.
 
     ``trie``: the shared trie's plain bundle; ``local_tries``: a (typed) list of the slots' own
-    tries' bundles; ``states``: a plain :data:`~.match.States`; ``remembered``: the remembered
+    indexes' bundles (None but for ADAPTIVE trees: BFS/PROB runs compile no own index);
+    ``states``: a plain :data:`~.match.States`; ``remembered``: the remembered
     paths of window inserts and of counted inserts, ``(pc_node, pc_ver, pc_start, pc_len)``
     each, per slot; ``run``: the loop state (``loop`` with the ``L_*`` slots, the running
     requests ``run_req`` and their slots ``run_row`` in batch order, the free slots
@@ -280,7 +281,7 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
         while r < n_req and k < conc:
             if o_off[r + 1] - o_off[r] > 1:
                 g_need += adm_shared[r]
-                if local:  # its own index sized for its whole length, worst case
+                if local_tries is not None and local:  # its own index for its whole length
                     row = free_rows[conc - k - 1]
                     whole = adm_local[r]
                     o = OwnIndex(*local_tries[row])
@@ -339,7 +340,7 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
                 start = 0 if index_prompt else plen
                 lo = max(0, start - depth + 1)
                 _gather(p_flat, p_off, o_flat, o_off, r, lo, plen + 1, seq)
-                if local:
+                if local_tries is not None and local:
                     o = local_tries[row]
                     own_reset(o, lo, start)
                     own_append(o, seq, plen + 1, lo)
@@ -353,8 +354,10 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
         loop[L_GCLOCK] = clock
         nrun = loop[L_NRUN]
         if nrun == 0:  # the last finished requests, as a read of the Drafter's cache would
-            loop[L_GCLOCK] = _teach_finished(p_flat, p_off, o_flat, o_off, cfg, loop, fin_req,
-                                             fin_bound, seq, t, path, pcc, g_mode, clock)
+            if local_tries is not None:  # (finish inserts: local_index only)
+                loop[L_GCLOCK] = _teach_finished(p_flat, p_off, o_flat, o_off, cfg, loop,
+                                                 fin_req, fin_bound, seq, t, path, pcc, g_mode,
+                                                 clock)
             return DONE
         # Contexts: the last match-length tokens of prompt + output so far, batch order.
         for b in range(nrun):
@@ -439,8 +442,9 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
         # Finish inserts of the requests that finished at the previous step, in batch order,
         # once this step's trees are drafted (the Drafter hands them to the cache's insert
         # thread then, so that they run during the forward, not before the drafts).
-        clock = _teach_finished(p_flat, p_off, o_flat, o_off, cfg, loop, fin_req, fin_bound,
-                                seq, t, path, pcc, g_mode, clock)
+        if local_tries is not None:
+            clock = _teach_finished(p_flat, p_off, o_flat, o_off, cfg, loop, fin_req,
+                                    fin_bound, seq, t, path, pcc, g_mode, clock)
         # 0.5.23: the windows matched, in batch order, before appending.
         if windows and stateful:
             for b in range(nrun):
@@ -457,7 +461,7 @@ def replay_kernel(streams, cfg, trie, local_tries, states, remembered, run, per_
             before = p_off[r + 1] - p_off[r] + out_len[r]
             e = emitted[b]
             if exact:
-                if local:
+                if local_tries is not None and local:
                     o = local_tries[row]
                     first = own_rebuilds(o, before + e)  # (a rebuild reads further back)
                     _gather(p_flat, p_off, o_flat, o_off, r, first, before + e, seq)
