@@ -81,7 +81,7 @@ def _wide(dtype: np.dtype) -> bool:
 
 
 def _check_int_array(arr: np.ndarray, name: str) -> None:
-    """dtype and range of a 1-D array of token ids (not its shape)."""
+    """dtype and range of an array of token ids (not its shape)."""
     dt = arr.dtype
     if arr.size and dt.kind not in "iu":
         raise TypeError(f"{name} must hold integer token ids, got dtype {dt}")
@@ -490,10 +490,7 @@ def as_int32_matrix(values: Any, name: str) -> np.ndarray:
     if arr.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix (requests x tokens), got {arr.ndim} "
                          "dimension(s)")
-    if arr.size and arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
-    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
-        raise _int32_range_error(name, arr.min(), arr.max())
+    _check_int_array(arr, name)
     return np.ascontiguousarray(arr, np.int32)
 
 
