@@ -26,7 +26,7 @@ from typing import Any, Hashable
 import numpy as np
 
 __all__ = ["INT32_MIN", "INT32_MAX", "is_tensor", "host_array", "as_sequence", "as_batch",
-           "as_contexts", "serving_one",
+           "checked_ids", "as_contexts", "serving_one",
            "serving_batch", "as_serving_one",
            "as_request_id", "as_request_ids", "as_total_lens", "as_lengths", "as_count_from",
            "check_config", "check_backend", "check_bool", "as_positive_int",
@@ -158,6 +158,22 @@ def refuse_negative(arr: np.ndarray, name: str) -> np.ndarray:
     if at is not None:
         raise negative_error(name + "".join(f"[{i}]" for i in at), arr[at])
     return arr
+
+
+def checked_ids(seq: Any, name: str) -> np.ndarray:
+    """One 1-D sequence of token ids, every id checked to lie in ``[0, INT32_MAX]``, but an
+    integer array not converted: its copy to int32 is left to whoever copies it (a server's
+    indexing thread, off the serving thread).  Two reductions for a wide array, one for int32;
+    anything else is :func:`as_sequence`'s int32 array."""
+    if type(seq) is np.ndarray and seq.ndim == 1 and seq.dtype.kind in "iu" and seq.size \
+            and _wide(seq.dtype):
+        lo, hi = seq.min(), seq.max()
+        if lo < 0:
+            refuse_negative(seq, name)
+        if hi > INT32_MAX:
+            raise _int32_range_error(name, lo, hi)
+        return seq
+    return refuse_negative(as_sequence(seq, name), name)
 
 
 def as_token(value: Any, name: str) -> int:

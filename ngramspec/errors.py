@@ -32,9 +32,14 @@ class UnknownRequestError(KeyError):
     or already finished).  Every call that takes request ids raises it with the same words.
     ``request_id`` is the id given."""
 
-    def __init__(self, request_id, in_flight: int) -> None:
+    def __init__(self, request_id, in_flight: int, prepared: int | None = None) -> None:
         super().__init__(request_id)
         self.request_id = request_id
+        if prepared is not None:  # (add_prepared)
+            self.message = (f"unknown request {request_id!r}: not prepared (give its prompt "
+                            "to prepare() first; an added or finished request is no longer "
+                            f"prepared; {prepared} prepared, {in_flight} in flight)")
+            return
         self.message = (f"unknown request {request_id!r}: not in flight (add it with "
                         f"add_request(); finished requests are forgotten; {in_flight} in "
                         "flight)")

@@ -252,7 +252,10 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         """
         key, prompt = self._new_request(rid, prompt_ids)
         first = v.as_token(first_token, "first_token")
-        built = self._take_prepared(key, prompt)
+        self._admit(key, prompt, first, self._take_prepared(key, prompt))
+
+    def _admit(self, key: Hashable, prompt: np.ndarray, first: int, built: Any) -> None:
+        """A checked request into a row (``built``: its prompt's own index, or None)."""
         store = self._store
         slot = store.take(prompt, first)
         if len(self._local) < store.size.size:
@@ -281,12 +284,16 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         elif cfg.index_prompt and prompt.size:
             self.cache.insert([prompt])
 
-    def _new_request(self, rid: Any, prompt_ids: Any) -> tuple[Hashable, np.ndarray]:
-        """The checked id (not in flight) and prompt of a request to add or prepare."""
+    def _new_request(self, rid: Any, prompt_ids: Any, convert: bool = True
+                     ) -> tuple[Hashable, np.ndarray]:
+        """The checked id (not in flight) and prompt of a request to add or prepare (int32,
+        or with ``convert=False`` an integer array checked to fit it)."""
         key = v.as_request_id(rid, "rid")
         if key in self._slot:
             raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
                              "new id")
+        if not convert:
+            return key, v.checked_ids(prompt_ids, "prompt_ids")
         return key, v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
 
     def _count(self, slots: Sequence[int], starts: Sequence[int]) -> None:

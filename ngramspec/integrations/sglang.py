@@ -354,9 +354,13 @@ class NgramCorpus:
         from what it shows)."""
         self._ready()
         keys = v.as_request_ids(list(req_ids))
-        seqs = v.as_batch(list(prompts), "prompts")
-        if len(seqs) != len(keys):
-            raise ValueError(f"{len(keys)} req_ids but {len(seqs)} prompts")
+        if isinstance(prompts, (str, bytes)) or not hasattr(prompts, "__len__"):
+            raise TypeError("prompts must be a list of 1-D integer sequences, got "
+                            f"{type(prompts).__name__}")
+        if len(prompts) != len(keys):
+            raise ValueError(f"{len(keys)} req_ids but {len(prompts)} prompts")
+        # checked, not converted: the drafter's indexing thread makes the int32 copies
+        seqs = [v.checked_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
         dr = self._drafter
         new_keys, new_seqs = [], []
         for k, seq in zip(keys, seqs):
@@ -513,9 +517,15 @@ class NgramCorpus:
             dr.finish(k)
             self._forget(k)
         known = set(dr.requests)
+        prepared = set(dr.prepared) if self._prompts else ()
         for i, k in enumerate(keys):
-            if k not in known:
-                dr.add_request(k, *self._first_sequence(k, tails[i], int(lens[i])))
+            if k in known:
+                continue
+            prompt, first = self._first_sequence(k, tails[i], int(lens[i]))
+            if k in prepared and prompt is self._prompts.get(k):  # (checked when noted)
+                dr.add_prepared(k, first)
+            else:
+                dr.add_request(k, prompt, first)
         drafts = dr.propose(list(keys))
         self._last_keys = list(keys)
         self._last_lens = lens.astype(np.int64)

@@ -115,3 +115,77 @@ def test_the_drop_in_prepares_the_noted_prompts(monkeypatch):
     corpus.note_prompts(["c", "d", "e"], [[1], [2], [3]])
     # "a" is in flight and stays noted; of the others the oldest is forgotten
     assert corpus._drafter.prepared == ["d", "e"]
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_add_prepared_drafts_as_add_request(backend):
+    cfg = ns.NgramConfig.recommended()
+    rows = recorded_streams(4)
+    a, b = ns.Drafter(config=cfg, backend=backend), ns.Drafter(config=cfg, backend=backend)
+    ids = [r["id"] for r in rows]
+    # int64 prompts: checked by prepare, converted in the indexing thread
+    a.prepare_many(ids, [np.asarray(r["prompt_ids"], np.int64) for r in rows])
+    for r in rows:
+        a.add_prepared(r["id"], r["output_ids"][0])
+        b.add_request(r["id"], r["prompt_ids"], r["output_ids"][0])
+    assert a.prepared == [] and a.requests == b.requests == ids
+    for r in rows:
+        assert_array_equal(a.sequence(r["id"]), b.sequence(r["id"]))
+    da, db = a.propose(ids), b.propose(ids)
+    assert_array_equal(da.tokens, db.tokens)
+    assert_array_equal(da.mask, db.mask)
+    assert_array_equal(da.num_drafts, db.num_drafts)
+    assert int(da.num_drafts.sum()) > 0
+
+
+def test_add_prepared_refuses_what_was_not_prepared():
+    drafter = ns.Drafter(config=ns.NgramConfig.recommended())
+    with pytest.raises(UnknownRequestError, match="'x': not prepared .*0 prepared, 0 in "):
+        drafter.add_prepared("x", 1)
+    drafter.prepare("p", [1, 2, 3])
+    with pytest.raises(ValueError, match="first_token = -1 is a negative token id"):
+        drafter.add_prepared("p", -1)
+    assert drafter.prepared == ["p"]  # (a refused call changes nothing)
+    drafter.add_prepared("p", 4)
+    with pytest.raises(UnknownRequestError, match="not prepared"):
+        drafter.add_prepared("p", 4)  # added: no longer prepared
+    assert drafter.requests == ["p"] and drafter.sequence("p").tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("prompt, exc, message", [
+    (np.array([1, -2, 3], np.int64), ValueError, r"prompt_ids\[1\] = -2 is a negative"),
+    (np.array([1, 2**31], np.int64), ValueError, r"prompt_ids holds token ids outside int32"),
+    (np.array([1, 2**32], np.uint64), ValueError, r"prompt_ids holds token ids outside int32"),
+    (np.array([1.0, 2.0]), TypeError, "prompt_ids must hold integer token ids"),
+    ([1, True], TypeError, "prompt_ids must hold integer token ids"),
+])
+def test_prepare_checks_wide_prompts_without_converting_them(prompt, exc, message):
+    drafter = ns.Drafter(config=ns.NgramConfig.recommended())
+    with pytest.raises(exc, match=message):
+        drafter.prepare("q", prompt)
+    assert drafter.prepared == []
+
+
+def test_the_drop_in_adds_noted_int64_prompts_as_prepared():
+    rec = ns.NgramConfig.recommended()
+    kw = dict(max_trie_depth=rec.max_trie_depth, draft_token_num=rec.draft_token_num)
+    rows = recorded_streams(3)
+    noted, plain = (adapter.NgramCorpus(**kw, config=rec) for _ in range(2))
+    ids = [r["id"] for r in rows]
+    prompts = [np.asarray(r["prompt_ids"], np.int64) for r in rows]
+    noted.note_prompts(ids, prompts)
+    contexts = [(list(r["prompt_ids"]) + [r["output_ids"][0]])[-rec.max_trie_depth:]
+                for r in rows]
+    lens = [len(r["prompt_ids"]) + 1 for r in rows]
+    got = noted.batch_get(ids, contexts, lens)
+    assert noted._drafter.prepared == []
+    # the same drafts as a drafter given the whole prompts at add_request
+    for r in rows:
+        plain._drafter.add_request(r["id"], r["prompt_ids"], r["output_ids"][0])
+    want = plain._drafter.propose(ids)
+    assert_array_equal(got[0].reshape(len(ids), -1), want.tokens)
+    for r in rows:
+        assert_array_equal(noted._drafter.sequence(r["id"]), plain._drafter.sequence(r["id"]))
+    with pytest.raises(ValueError, match=r"prompts\[1\]\[0\] = -5 is a negative token id"):
+        noted.note_prompts(["x", "y"], [[1, 2], np.array([-5, 3], np.int64)])
+    assert "x" not in noted._drafter.prepared
