@@ -93,11 +93,12 @@ class PrepareSteps:
         jobs = []
         for key, prompt in checked:
             job = Future() if build else None
-            self._prepared[key] = (prompt, job)
+            slot = store.claim() if build else None  # (its row written with the build)
+            self._prepared[key] = (prompt, job, slot)
             if build:
-                jobs.append((job, prompt))
+                jobs.append((job, prompt, slot))
         if jobs:  # one hand-over for all of them, built in order
-            self._indexer.submit(_build_all, self._mem, jobs,
+            self._indexer.submit(_build_all, self._mem, store, jobs,
                                  not self.config.index_prompt)
 
     def add_prepared(self, rid: Any, first_token: int) -> None:
@@ -131,42 +132,50 @@ class PrepareSteps:
         got = self._prepared.pop(key, None)
         if got is None:
             raise UnknownRequestError(key, len(self._slot), prepared=len(self._prepared))
-        held, job = got
+        held, job, slot = got
         if job is None:
             self._admit(key, np.ascontiguousarray(held, np.int32), first, None)
         else:
             row, built = job.result()
-            self._admit(key, row, first, built)
+            self._admit(key, row, first, built, slot)
 
-    def _take_prepared(self, key: Hashable, prompt: np.ndarray) -> Any:
-        """The own index :meth:`prepare` built for ``key``'s ``prompt`` (None: none, or one of
-        another prompt, which is dropped)."""
-        got = self._prepared.pop(key, None)
+    def _take_prepared(self, key: Hashable, prompt: np.ndarray) -> tuple[Any, int | None]:
+        """The own index :meth:`prepare` built for ``key``'s ``prompt`` and the row that holds
+        the prompt ((None, None): none, or one of another prompt, which is dropped)."""
+        got = self._prepared.get(key)
         if got is None or got[1] is None:
-            return None
-        held, job = got
+            self._prepared.pop(key, None)
+            return None, None
+        held = got[0]
         if held.size != prompt.size or not np.array_equal(held, prompt):
-            job.cancel()
-            return None
-        return job.result()[1]
+            self._drop_prepared(key)
+            return None, None
+        del self._prepared[key]
+        return got[1].result()[1], got[2]
 
     def _drop_prepared(self, key: Hashable) -> bool:
         got = self._prepared.pop(key, None)
         if got is not None and got[1] is not None:
-            got[1].cancel()
+            job, slot, store = got[1], got[2], self._store
+            if job.cancel():
+                store.release(slot)
+            else:  # (built or being built: its row is free once its fill is done)
+                job.add_done_callback(lambda _: store.release(slot))
         return got is not None
 
 
-def _build_all(mem: Any, jobs: list, prompt_uncounted: bool) -> None:
+def _build_all(mem: Any, store: Any, jobs: list, prompt_uncounted: bool) -> None:
     """The indexing thread's work for one :meth:`PrepareSteps.prepare_many`: each prompt's
-    own index into its future, in order (a cancelled one skipped, a failure kept in its
-    future for :meth:`~ngramspec.Drafter.add_request` to raise): ``(int32 prompt, index)``."""
-    for job, prompt in jobs:
+    own index into its future, and the prompt into its claimed row, in order (a cancelled
+    one skipped, a failure kept in its future for :meth:`~ngramspec.Drafter.add_request` to
+    raise): ``(int32 prompt, index)``."""
+    for job, prompt, slot in jobs:
         if not job.set_running_or_notify_cancel():
             continue
         try:
             row = np.ascontiguousarray(prompt, np.int32)
-            job.set_result((row, mem.build(row, row.size, row.size if prompt_uncounted else 0,
-                                           row.size + 1)))
+            built = mem.build(row, row.size, row.size if prompt_uncounted else 0, row.size + 1)
+            store.fill(slot, row)
+            job.set_result((row, built))
         except BaseException as e:  # raised where the request is added
             job.set_exception(e)

@@ -159,8 +159,8 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         self._local: list[Any] = [None] * self._store.size.size
         self._own_base: dict[int, int] = {}  # reference own tries: their window's start
         # prepare()'s prompts not added yet, with their own index's build (None: nothing to
-        # build ahead), and the one thread that builds them
-        self._prepared: dict[Hashable, tuple[np.ndarray, Any]] = {}
+        # build ahead) and the row it fills, and the one thread that builds them
+        self._prepared: dict[Hashable, tuple[np.ndarray, Any, int | None]] = {}
         self._indexer: Any = None
         # The compiled replay's per-slot memory (engine.remembered) on the Numba backend, for
         # the exact counts and ADAPTIVE drafts of profile sglang-0.5.23.
@@ -252,12 +252,15 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         """
         key, prompt = self._new_request(rid, prompt_ids)
         first = v.as_token(first_token, "first_token")
-        self._admit(key, prompt, first, self._take_prepared(key, prompt))
+        self._admit(key, prompt, first, *self._take_prepared(key, prompt))
 
-    def _admit(self, key: Hashable, prompt: np.ndarray, first: int, built: Any) -> None:
-        """A checked request into a row (``built``: its prompt's own index, or None)."""
+    def _admit(self, key: Hashable, prompt: np.ndarray, first: int, built: Any,
+               filled: int | None = None) -> None:
+        """A checked request into a row (``built``: its prompt's own index, or None;
+        ``filled``: a claimed row that holds its prompt already)."""
         store = self._store
-        slot = store.take(prompt, first)
+        slot = (store.take(prompt, first) if filled is None
+                else store.take_filled(filled, prompt.size, first))
         if len(self._local) < store.size.size:
             self._local += [None] * (store.size.size - len(self._local))
         cfg = self.config

@@ -189,3 +189,34 @@ def test_the_drop_in_adds_noted_int64_prompts_as_prepared():
     with pytest.raises(ValueError, match=r"prompts\[1\]\[0\] = -5 is a negative token id"):
         noted.note_prompts(["x", "y"], [[1, 2], np.array([-5, 3], np.int64)])
     assert "x" not in noted._drafter.prepared
+
+
+def test_prepared_rows_are_given_back_and_never_overwritten():
+    """A prepared prompt's row is claimed at ``prepare`` and written by the indexing thread:
+    a request finished before it is added, or added with another prompt, gives its row back
+    (once the thread is done with it), and the rows in use are never written by it."""
+    cfg = ns.NgramConfig.recommended()
+    rows = recorded_streams(6)
+    drafter, plain = ns.Drafter(config=cfg), ns.Drafter(config=cfg)
+    for round_ in range(5):  # prepared and dropped, while others run
+        ids = [f"{round_}-{r['id']}" for r in rows]
+        drafter.prepare_many(ids, [r["prompt_ids"] for r in rows])
+        for i in ids[::2]:
+            drafter.finish(i)
+        for i, r in zip(ids[1::2], rows[1::2]):
+            drafter.add_request(i, [7] + list(r["prompt_ids"]), 1)  # another prompt
+            drafter.finish(i)
+    drafter.prepare_many([r["id"] for r in rows], [r["prompt_ids"] for r in rows])
+    for r in rows:
+        drafter.add_prepared(r["id"], r["output_ids"][0])
+        plain.add_request(r["id"], r["prompt_ids"], r["output_ids"][0])
+        assert_array_equal(drafter.sequence(r["id"]), plain.sequence(r["id"]))
+    ids = [r["id"] for r in rows]
+    d, p = drafter.propose(ids), plain.propose(ids)
+    assert_array_equal(d.tokens, p.tokens)
+    assert_array_equal(d.num_drafts, p.num_drafts)
+    for i in ids:
+        drafter.finish(i)
+    drafter._indexer.shutdown(wait=True)  # (every release done)
+    store = drafter._store
+    assert sorted(store.free) == list(range(store.size.size))  # no row lost or doubled

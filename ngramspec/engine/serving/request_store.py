@@ -3,6 +3,8 @@ arrays, which the step kernels (:mod:`.steps`, :mod:`.remembered`) read and appe
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 __all__ = ["RequestStore"]
@@ -11,9 +13,14 @@ __all__ = ["RequestStore"]
 class RequestStore:
     """Every request's token ids (prompt + output) in one row of a 2-D int32 array, with its
     size, prompt length and the tokens emitted at each step; rows are reused after
-    ``finish``.  Both dimensions grow by doubling."""
+    ``finish``.  Both dimensions grow by doubling.
+
+    A row may be claimed ahead (:meth:`claim`) and its prompt written by another thread
+    (:meth:`fill`, the drafter's indexing thread during the prefill: the copy and its page
+    faults off the serving thread); ``lock`` keeps that write and a growth apart."""
 
     def __init__(self, rows: int = 8, width: int = 256) -> None:
+        self.lock = threading.Lock()
         self.buf = np.zeros((rows, width), np.int32)
         self.steps = np.zeros((rows, width), np.int32)
         self.size = np.zeros(rows, np.int64)
@@ -33,6 +40,34 @@ class RequestStore:
         self.nsteps[slot] = 0
         return slot
 
+    def claim(self) -> int:
+        """A row for a prompt that :meth:`fill` writes and :meth:`take_filled` starts (or
+        :meth:`release` gives back)."""
+        if not self.free:
+            self._grow(2 * self.size.size, self.buf.shape[1])
+        slot = self.free.pop()
+        self.size[slot] = 0
+        return slot
+
+    def fill(self, slot: int, prompt: np.ndarray) -> None:
+        """Write ``prompt`` into the claimed row ``slot`` (any thread; its width reserved)."""
+        with self.lock:
+            self.buf[slot, :prompt.size] = prompt
+            self.size[slot] = prompt.size
+
+    def take_filled(self, slot: int, prompt_len: int, first: int) -> int:
+        """Start the claimed row ``slot``, which :meth:`fill` wrote: its first token after."""
+        self.reserve(self.room_for(prompt_len))
+        self.buf[slot, prompt_len] = first
+        self.size[slot] = prompt_len + 1
+        self.plen[slot] = prompt_len
+        self.nsteps[slot] = 0
+        return slot
+
+    def release(self, slot: int) -> None:
+        """A claimed row never started, free again (any thread)."""
+        self.free.append(slot)
+
     @staticmethod
     def room_for(prompt_len: int) -> int:
         """The width a request of this prompt length takes at admission: its prompt, the first
@@ -50,6 +85,10 @@ class RequestStore:
             self._grow(self.size.size, max(width, 2 * self.buf.shape[1]))
 
     def _grow(self, rows: int, width: int) -> None:
+        with self.lock:  # (a fill in flight writes the old arrays or the new, never between)
+            self._grow_locked(rows, width)
+
+    def _grow_locked(self, rows: int, width: int) -> None:
         old_rows = self.buf.shape[0]
         for name, used in (("buf", self.size), ("steps", self.nsteps)):
             # Uninitialised beyond what rows use: a row is read only up to its size (buf) or
