@@ -59,7 +59,7 @@ class PrepareSteps:
         """
         self.prepare_many([rid], [prompt_ids])
 
-    def prepare_many(self, rids: Any, prompts: Any) -> None:
+    def prepare_many(self, rids: Any, prompts: Any) -> list[np.ndarray]:
         """:meth:`prepare` of several requests (a server's extend batch): all checked before
         anything changes, the store's rows and width reserved once for all of them, and
         their builds handed to the indexing thread last, in one call (it would share the
@@ -71,12 +71,22 @@ class PrepareSteps:
             The requests' ids (none in flight).
         prompts : sequence of 1-D sequences of int
             Their prompts, in the same order.
+
+        Returns
+        -------
+        list of numpy.ndarray
+            The prompts as held: an integer array as given, checked (its int32 copy is made
+            in the indexing thread, so it must not change until the request is added),
+            anything else as a new int32 array.
         """
+        rids, prompts = list(rids), list(prompts)
+        if len(rids) != len(prompts):
+            raise ValueError(f"{len(rids)} rids but {len(prompts)} prompts")
         # Checked now, converted to int32 in the indexing thread: the serving thread pays a
         # reduction or two per prompt, not a copy (2 ms for 48 prompts of 16k int64 ids).
         checked = [self._new_request(rid, p, convert=False) for rid, p in zip(rids, prompts)]
         if not checked:
-            return
+            return []
         for key, _ in checked:
             self._drop_prepared(key)
         store = self._store
@@ -100,6 +110,7 @@ class PrepareSteps:
         if jobs:  # one hand-over for all of them, built in order
             self._indexer.submit(_build_all, self._mem, store, jobs,
                                  not self.config.index_prompt)
+        return [p for _, p in checked]
 
     def add_prepared(self, rid: Any, first_token: int) -> None:
         """:meth:`add_request` of a prepared request with the prompt given to :meth:`prepare`

@@ -359,20 +359,32 @@ class NgramCorpus:
                             f"{type(prompts).__name__}")
         if len(prompts) != len(keys):
             raise ValueError(f"{len(keys)} req_ids but {len(prompts)} prompts")
-        # checked, not converted: the drafter's indexing thread makes the int32 copies
-        seqs = [v.checked_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
         dr = self._drafter
-        new_keys, new_seqs = [], []
-        for k, seq in zip(keys, seqs):
+        new_at, keep = [], {}
+        for i, (k, p) in enumerate(zip(keys, prompts)):
             held = self._prompts.get(k)
-            if held is not None and held.size == seq.size and np.array_equal(held, seq):
+            fresh = dr is not None and k not in dr  # (in flight: already indexed)
+            if held is None and fresh:
+                new_at.append(i)  # checked by prepare_many, which keeps it as checked
                 continue
-            self._prompts[k] = seq
-            if dr is not None and k not in dr:  # (in flight: already indexed)
-                new_keys.append(k)
-                new_seqs.append(seq)
-        if new_keys:
-            dr.prepare_many(new_keys, new_seqs)
+            # checked, not converted: the drafter's indexing thread makes the int32 copies
+            seq = v.checked_ids(p, f"prompts[{i}]")
+            if held is not None and held.size == seq.size and np.array_equal(held, seq):
+                continue  # noted again unchanged
+            if fresh:
+                new_at.append(i)  # (changed: prepared afresh)
+            else:
+                keep[k] = seq
+        if new_at:  # checked there (once), all before anything changes
+            try:
+                held_new = dr.prepare_many([keys[i] for i in new_at],
+                                           [prompts[i] for i in new_at])
+            except (TypeError, ValueError):
+                for i in new_at:  # the first bad one, by its place in this call
+                    v.checked_ids(prompts[i], f"prompts[{i}]")
+                raise
+            keep.update(zip((keys[i] for i in new_at), held_new))
+        self._prompts.update(keep)
         if len(self._prompts) > NOTED_MAX:
             flying = set(dr.requests) if dr is not None else set()
             idle = [k for k in self._prompts if k not in flying]

@@ -220,3 +220,29 @@ def test_prepared_rows_are_given_back_and_never_overwritten():
     drafter._indexer.shutdown(wait=True)  # (every release done)
     store = drafter._store
     assert sorted(store.free) == list(range(store.size.size))  # no row lost or doubled
+
+
+def test_prepare_many_returns_the_prompts_as_held_and_checks_lengths():
+    drafter = ns.Drafter(config=ns.NgramConfig.recommended())
+    wide = np.array([5, 6, 7], np.int64)
+    held = drafter.prepare_many(["a", "b"], [wide, [1, 2]])
+    assert held[0] is wide  # checked, not copied: the indexing thread makes the int32 copy
+    assert held[1].dtype == np.int32 and held[1].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="2 rids but 1 prompts"):
+        drafter.prepare_many(["c", "d"], [[1]])
+    assert drafter.prepared == ["a", "b"]
+
+
+def test_the_drop_in_names_a_bad_noted_prompt_by_its_place_and_changes_nothing():
+    rec = ns.NgramConfig.recommended()
+    corpus = adapter.NgramCorpus(max_trie_depth=rec.max_trie_depth,
+                                 draft_token_num=rec.draft_token_num, config=rec)
+    corpus.note_prompts(["a"], [[1, 2, 3]])
+    # "a" noted again unchanged (skipped), "b" new, "c" new and bad: named prompts[2]
+    with pytest.raises(ValueError, match=r"prompts\[2\]\[1\] = -4 is a negative token id"):
+        corpus.note_prompts(["a", "b", "c"], [[1, 2, 3], [4, 5], np.array([6, -4], np.int64)])
+    with pytest.raises(TypeError, match=r"prompts\[1\] must hold integer token ids"):
+        corpus.note_prompts(["b", "c"], [[4, 5], [6.0, 7.0]])
+    assert corpus._drafter.prepared == ["a"]
+    corpus.note_prompts(["a", "b"], [[1, 2, 3, 9], [4, 5]])  # "a" changed: prepared afresh
+    assert corpus._drafter.prepared == ["a", "b"]
