@@ -20,9 +20,11 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
-__all__ = ["jit", "jit_inline", "entry_point", "compile_free_clock", "OPTIONS"]
+import numpy as np
+
+__all__ = ["jit", "jit_inline", "entry_point", "EntryPoints", "compile_free_clock", "OPTIONS"]
 
 # Serial kernels: cached on disk, and free of the GIL so that caches in other threads run.
 OPTIONS = dict(cache=os.environ.get("NGRAMSPEC_NUMBA_CACHE", "1") != "0", nogil=True,
@@ -220,6 +222,68 @@ def entry_point(kernel, *args):
     if sig not in overloads:
         kernel.compile(sig)
     return overloads[sig].entry_point
+
+
+class EntryPoints:
+    """The one cache of compiled entry points (:func:`entry_point`): an owner keeps one and
+    asks it for ``(name, kernel, args)``; the first ask compiles or looks up the kernel for
+    the types of ``args``, later asks return that entry point with no typing at all.
+
+    For callers whose argument types never vary.  Where arrays come from a user (a view, a
+    wider dtype), :meth:`guarded` checks each top-level array argument against the dtype,
+    dimensions and C order the entry point was made for, and returns the kernel itself (typed
+    per call) when one differs: an entry point reads what it gets as the types it was
+    compiled for, so a strided view would be misread.
+
+    Examples
+    --------
+    >>> import numba, numpy as np
+    >>> from ngramspec._jit import EntryPoints
+    >>> total = numba.njit(lambda a: a.sum())
+    >>> points = EntryPoints()
+    >>> a = np.arange(6, dtype=np.int64)
+    >>> int(points("total", total, (a,))(a))
+    15
+    >>> int(points.guarded("total", total, (a[::2],))(a[::2]))  # a view: typed per call
+    6
+    """
+
+    __slots__ = ("_got", "_kinds")
+
+    def __init__(self) -> None:
+        self._got: dict[Hashable, Any] = {}
+        self._kinds: dict[Hashable, tuple] = {}
+
+    def __len__(self) -> int:
+        return len(self._got)
+
+    def __call__(self, name: Hashable, kernel: Any, args: tuple) -> Any:
+        entry = self._got.get(name)
+        if entry is None:
+            entry = self._got[name] = entry_point(kernel, *args)
+            self._kinds[name] = _array_kinds(args)
+        return entry
+
+    def guarded(self, name: Hashable, kernel: Any, args: tuple) -> Any:
+        """:meth:`__call__`, or ``kernel`` where an array argument is not of the kind the
+        entry point was made for (or the first call's would not be C-ordered)."""
+        kinds = self._kinds.get(name)
+        now = _array_kinds(args)
+        if kinds is None:
+            if any(not c for _, _, _, c in now):
+                return kernel
+            return self(name, kernel, args)
+        return self._got[name] if now == kinds else kernel
+
+    def forget(self, name: Hashable) -> None:
+        """Forget ``name``'s entry point (its arguments' types may change)."""
+        self._got.pop(name, None)
+        self._kinds.pop(name, None)
+
+
+def _array_kinds(args: tuple) -> tuple:
+    return tuple((i, a.dtype, a.ndim, a.flags.c_contiguous) for i, a in enumerate(args)
+                 if type(a) is np.ndarray)
 
 
 class CompileFreeClock:

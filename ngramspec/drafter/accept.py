@@ -17,7 +17,6 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import _validate as v
-from .._jit import entry_point
 from ..engine import kernels
 from ..errors import UnknownRequestError
 from ..drafts.verify import VerifyResult
@@ -129,9 +128,7 @@ class AcceptSteps:
         store = self._store
         args = (tokens, mask, matrix, lens, store.buf, store.size, store.steps, store.nsteps,
                 self._pend_slots, self._where, self._info)
-        if self._accept_rows is None:
-            self._accept_rows = entry_point(kernels("serving.steps").accept_rows, *args)
-        self._accept_rows(*args)
+        self._entries("accept_rows", kernels("serving.steps").accept_rows, args)(*args)
 
     def _check_and_append(self, matrix: np.ndarray, lens: np.ndarray, count: bool) -> None:
         """Check every row of emitted tokens against its proposed tree, then append them (one

@@ -1,6 +1,7 @@
-"""``Drafter.prepare``: a request's prompt indexed in a background thread while its prefill
-runs, taken up by ``add_request`` (a mixin of :class:`~ngramspec.Drafter`, as ``_accept`` is
-of its ``accept``)."""
+"""Admission into a :class:`~ngramspec.Drafter` (a mixin, as ``accept.py`` is of its
+``accept``): a request's checks and its row (``add_request``), and ``prepare``, which indexes a
+prompt and writes its row in a background thread while its prefill runs, for ``add_request``
+or ``add_prepared`` to take up."""
 
 from __future__ import annotations
 
@@ -9,16 +10,65 @@ from typing import Any, Hashable
 import numpy as np
 
 from .. import _validate as v
+from ..cache import NgramCache
 from ..errors import UnknownRequestError
 
 
 __all__ = ["PrepareSteps"]
+
+# The reference own tries' capacity: none they reach (nodes are made as they are used).
+_UNBOUNDED = 2**31 - 1
 
 
 class PrepareSteps:
     """:meth:`Drafter.prepare`'s machinery: ``_prepared`` holds each prepared id's prompt
     and its build (a future; None where nothing is built ahead), ``_indexer`` the one thread
     that builds them."""
+
+    def _admit(self, key: Hashable, prompt: np.ndarray, first: int, built: Any,
+               filled: int | None = None) -> None:
+        """A checked request into a row (``built``: its prompt's own index, or None;
+        ``filled``: a claimed row that holds its prompt already)."""
+        store = self._store
+        slot = (store.take(prompt, first) if filled is None
+                else store.take_filled(filled, prompt.size, first))
+        if len(self._local) < store.size.size:
+            self._local += [None] * (store.size.size - len(self._local))
+        cfg = self.config
+        mem = self._mem
+        if mem is not None:  # (with local_index, the admission's counts into its own trie)
+            mem.grow(store.size.size)
+            mem.start(store.buf, store.size, slot, 0 if cfg.index_prompt else prompt.size,
+                      built)
+            if cfg.local_index:
+                self._slot[key] = slot
+                self._local[slot] = mem.own(slot)
+                return
+        if cfg.local_index:
+            # Its own trie counts exactly, whatever the shared one does, and never evicts (the
+            # model of the compiled own index: its window rule is in _count).
+            self._local[slot] = NgramCache(config=cfg.replace(
+                index_prompt=False, exact_counts=True, local_index=False,
+                shared_prompt_window=None, capacity=_UNBOUNDED), backend=self.cache.backend)
+            self._own_base[slot] = max(0, (0 if cfg.index_prompt else prompt.size)
+                                       - cfg.trie_depth + 1)
+        self._slot[key] = slot
+        if self._exact:
+            self._count([slot], [0 if cfg.index_prompt else prompt.size])
+        elif cfg.index_prompt and prompt.size:
+            self.cache.insert([prompt])
+
+    def _new_request(self, rid: Any, prompt_ids: Any, convert: bool = True
+                     ) -> tuple[Hashable, np.ndarray]:
+        """The checked id (not in flight) and prompt of a request to add or prepare (int32,
+        or with ``convert=False`` an integer array checked to fit it)."""
+        key = v.as_request_id(rid, "rid")
+        if key in self._slot:
+            raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
+                             "new id")
+        if not convert:
+            return key, v.checked_ids(prompt_ids, "prompt_ids")
+        return key, v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
 
     @property
     def prepared(self) -> list[Hashable]:

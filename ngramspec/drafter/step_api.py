@@ -38,6 +38,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from .. import _validate as v
+from .._jit import EntryPoints
 from .accept import NONE as _NONE, AcceptSteps
 from .admit import PrepareSteps
 from .propose import ProposeSteps
@@ -48,9 +49,6 @@ from ..errors import UnknownRequestError
 from ..drafts.verify import VerifyResult, verify_greedy
 
 __all__ = ["Drafter"]
-
-# The reference own tries' capacity: none they reach (nodes are made as they are used).
-_UNBOUNDED = 2**31 - 1
 
 
 class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
@@ -151,7 +149,7 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         self._where = np.zeros(64, np.int64)
         # accept_rows' entry point: its arguments' types never vary (C-ordered arrays this
         # drafter or verification made), so their typing is skipped after the first call
-        self._accept_rows = None
+        self._entries = EntryPoints()
         self._slot: dict[Hashable, int] = {}  # request id -> store row, in order of arrival
         from ..engine.serving.request_store import RequestStore  # (no Numba until a kernel runs)
 
@@ -253,51 +251,6 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         key, prompt = self._new_request(rid, prompt_ids)
         first = v.as_token(first_token, "first_token")
         self._admit(key, prompt, first, *self._take_prepared(key, prompt))
-
-    def _admit(self, key: Hashable, prompt: np.ndarray, first: int, built: Any,
-               filled: int | None = None) -> None:
-        """A checked request into a row (``built``: its prompt's own index, or None;
-        ``filled``: a claimed row that holds its prompt already)."""
-        store = self._store
-        slot = (store.take(prompt, first) if filled is None
-                else store.take_filled(filled, prompt.size, first))
-        if len(self._local) < store.size.size:
-            self._local += [None] * (store.size.size - len(self._local))
-        cfg = self.config
-        mem = self._mem
-        if mem is not None:  # (with local_index, the admission's counts into its own trie)
-            mem.grow(store.size.size)
-            mem.start(store.buf, store.size, slot, 0 if cfg.index_prompt else prompt.size,
-                      built)
-            if cfg.local_index:
-                self._slot[key] = slot
-                self._local[slot] = mem.own(slot)
-                return
-        if cfg.local_index:
-            # Its own trie counts exactly, whatever the shared one does, and never evicts (the
-            # model of the compiled own index: its window rule is in _count).
-            self._local[slot] = NgramCache(config=cfg.replace(
-                index_prompt=False, exact_counts=True, local_index=False,
-                shared_prompt_window=None, capacity=_UNBOUNDED), backend=self.cache.backend)
-            self._own_base[slot] = max(0, (0 if cfg.index_prompt else prompt.size)
-                                       - cfg.trie_depth + 1)
-        self._slot[key] = slot
-        if self._exact:
-            self._count([slot], [0 if cfg.index_prompt else prompt.size])
-        elif cfg.index_prompt and prompt.size:
-            self.cache.insert([prompt])
-
-    def _new_request(self, rid: Any, prompt_ids: Any, convert: bool = True
-                     ) -> tuple[Hashable, np.ndarray]:
-        """The checked id (not in flight) and prompt of a request to add or prepare (int32,
-        or with ``convert=False`` an integer array checked to fit it)."""
-        key = v.as_request_id(rid, "rid")
-        if key in self._slot:
-            raise ValueError(f"rid {rid!r} is already in flight; finish() it first or use a "
-                             "new id")
-        if not convert:
-            return key, v.checked_ids(prompt_ids, "prompt_ids")
-        return key, v.refuse_negative(v.as_sequence(prompt_ids, "prompt_ids"), "prompt_ids")
 
     def _count(self, slots: Sequence[int], starts: Sequence[int]) -> None:
         """Count once every n-gram of each slot's sequence that ends at its ``start`` or later

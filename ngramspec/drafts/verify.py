@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import _validate as v
-from .._jit import entry_point
+from .._jit import EntryPoints
 from ..engine import kernels
 from .batch import DraftBatch
 
@@ -105,12 +105,10 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     accept_index = np.empty((b, n), np.int32)
     accept_lens = np.empty(b, np.int32)
     out = np.zeros((b, n), np.int32)  # rows 0-padded: Drafter.accept checks them in one pass
-    if tokens.dtype is _INT32 and mask.dtype is _BOOL and tokens.flags.c_contiguous and \
-            mask.flags.c_contiguous:  # the usual types: the entry point, no typing per call
-        walk = _WALK[0] if _WALK else _walk(tokens, mask, pred, accept_index, accept_lens, out)
-    else:  # (views of a DraftBatch's arrays, say: typed per call)
-        walk = kernels("serving.steps").greedy_walk
-    bad = walk(tokens, mask, pred, accept_index, accept_lens, out)
+    # the usual types (C-ordered int32 tokens and bool masks) take the entry point; views of
+    # a DraftBatch's arrays, say, are typed per call
+    args = (tokens, mask, pred, accept_index, accept_lens, out)
+    bad = _ENTRIES.guarded("walk", kernels("serving.steps").greedy_walk, args)(*args)
     if bad >= 0:  # (the range is checked in the walk: one pass less)
         raise v.int32_range_error("target_predict", pred.min(), pred.max())
     return VerifyResult._compiled(accept_index, accept_lens, out)
@@ -153,16 +151,8 @@ def _is_torch(x) -> bool:
         hasattr(x, "cpu")
 
 
-_INT64, _INT32, _BOOL = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_)
-_WALK: list = []  # greedy_walk's entry point, made at the first call
-
-
-def _walk(*args):
-    """The compiled walk for ``verify_greedy``'s usual argument types (C-ordered int32 tokens
-    and bool masks, checked before each call; the predictions made C-ordered int64, the
-    outputs fresh): its typing skipped on every later call."""
-    _WALK.append(entry_point(kernels("serving.steps").greedy_walk, *args))
-    return _WALK[0]
+_INT64 = np.dtype(np.int64)
+_ENTRIES = EntryPoints()  # greedy_walk's, made at the first call of the usual types
 
 
 def _check_drafts(drafts) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Hashable, Sequence
 import numpy as np
 
 from .._canonical import CanonicalContent
-from .._jit import entry_point
+from .._jit import EntryPoints
 from ..config import NgramConfig
 from .adaptive import (adaptive_scratch, choose_cap, draft_adaptive, draft_adaptive_saved,
                        layout_prefix)
@@ -63,11 +63,9 @@ class EngineBackend(CorpusMatches):
         sizes = scratch_sizes(self._params[3], self._params[0], self._params[2])
         self._buf = tuple(np.empty(k, dt) for k, dt in zip(sizes, (np.int32, np.int64,
                                                                      np.float64)))
-        self._match_entry = None
-        self._insert_entry = None  # insert_packed's
-        self._adaptive_entries: dict[bool, Any] = {}  # match_adaptive's draft_adaptive
+        # The kernels' compiled entry points: the same argument types at every call
+        self._entries = EntryPoints()
         self._zero_counts = np.zeros(64, np.int64)
-        self._corpus_entry = None  # match_batch_corpora's entry point
         self._no_sel = np.zeros((1, 0), np.int32)  # match_batch_corpora: no selection
         self._offsets1: dict[int, np.ndarray] = {}  # batch-1 offsets by context length
         self._one_offsets = np.zeros(2, np.int64)  # match_corpora at batch 1
@@ -79,13 +77,10 @@ class EngineBackend(CorpusMatches):
         self._eng_arrays: tuple = ()
         self._pool: tuple = ()
         self._pool_rows = self._pool_at = 0
-        self._pooled_entry = None
-        self._one_entry = None
         # The same for matches with corpora: the CorpusEngine of the corpora's arrays (rebuilt,
         # and the entry points looked up again, when one of them is replaced).
         self._corpus_engine = None
         self._ce_arrays: tuple = ()
-        self._pooled_corpus_entry = None
         self._one_row_len = np.zeros((2, 1), np.int64)  # batch 1's state row and total length
 
     # Match states ------------------------------------------------------------------------
@@ -191,9 +186,7 @@ class EngineBackend(CorpusMatches):
         self._room(flat.size * self.config.trie_depth)
         args = (flat, offsets, self.insert_skip, counts, self.config.trie_depth,
                 self.config.capacity, t.bundle, self._path, pos, self.lru)
-        kernel = self._insert_entry
-        if kernel is None:  # (a Drafter's windows: always the same types)
-            kernel = self._insert_entry = entry_point(insert_kernel, *args)
+        kernel = self._entries("insert", insert_kernel, args)  # (a Drafter's windows)
         while not kernel(*args):
             t.grow()
             args = args[:6] + (t.bundle,) + args[7:]
@@ -240,10 +233,7 @@ class EngineBackend(CorpusMatches):
         rows, lens = self._rows_and_lens(keys, total_lens, b)
         args = (flat, offsets, rows, lens, keys is None, params, self.trie.packed,
                 self.states, BUCKET_COUNTS, self._buf, tokens, mask, num)
-        kernel = self._match_entry
-        if kernel is None:
-            kernel = self._match_entry = entry_point(match_batch, *args)
-        kernel(*args)
+        self._entries("match", match_batch, args)(*args)
         return tokens, mask, num
 
     def _rows_and_lens(self, keys: Sequence[Hashable] | None, total_lens: Any, b: int
@@ -286,10 +276,8 @@ class EngineBackend(CorpusMatches):
         row = self._row_of(key)
         ctx = plain(ctx)
         eng, at = self._engine_for(1)
-        kernel = self._one_entry
-        if kernel is None:
-            kernel = self._one_entry = entry_point(match_one, ctx, row, total, False, eng, at)
-        kernel(ctx, row, total, False, eng, at)
+        args = (ctx, row, total, False, eng, at)
+        self._entries("one", match_one, args)(*args)
         return self._pool, at
 
     def match_packed(self, flat: np.ndarray, offsets: np.ndarray, keys: list,
@@ -303,10 +291,7 @@ class EngineBackend(CorpusMatches):
         b = offsets.size - 1
         eng, at = self._engine_for(b)
         args = (flat, offsets, rows, lens, stateless, eng, at)
-        kernel = self._pooled_entry
-        if kernel is None:
-            kernel = self._pooled_entry = entry_point(match_pooled, *args)
-        kernel(*args)
+        self._entries("pooled", match_pooled, args)(*args)
         return self._pool, at, at + b
 
     def match_pooled(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
@@ -348,15 +333,12 @@ class EngineBackend(CorpusMatches):
         cal = calibration_array(cfg)
         shared = self.trie.bundle
         if not auto:
-            entries = self._adaptive_entries  # by whether a local trie is searched
             for i, ctx in enumerate(contexts):
                 own = local[i] if local is not None else None
                 args = (plain(ctx), params, None if own is None else own.trie.bundle, shared,
                         BUCKET_COUNTS, sc, tokens[i], mask[i], probs[i], cal)
-                kernel = entries.get(own is None)
-                if kernel is None:  # the same types at every call: skip the typing
-                    kernel = entries[own is None] = entry_point(draft_adaptive, *args)
-                num[i] = kernel(*args)
+                # (by whether a local trie is searched: two kinds of arguments)
+                num[i] = self._entries(("adaptive", own is None), draft_adaptive, args)(*args)
             return tokens, mask, num, probs
         tok_rows = np.zeros((b, n), np.int32)
         par_rows = np.zeros((b, n), np.int32)

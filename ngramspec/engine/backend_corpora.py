@@ -9,7 +9,6 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from .._jit import entry_point
 from .batch import make_corpus_engine, match_batch_corpora, match_pooled_corpora
 from .corpora.sam import grow_walks
 from .tree import BUCKET_COUNTS
@@ -57,7 +56,7 @@ class CorpusMatches:
             self._ce_arrays = (pool, cp, cs, w, budget)
             self._corpus_engine = make_corpus_engine(pool, cp, cs, w, int(budget))
             # Other corpora may type apart (one automaton's arrays are views of its own).
-            self._pooled_corpus_entry = None
+            self._entries.forget("pooled_corpora")
         return self._corpus_engine
 
     def match_one_corpora(self, ctx: np.ndarray, key: Hashable, total: int, budget: int,
@@ -90,10 +89,7 @@ class CorpusMatches:
         b = offsets.size - 1
         eng, at = self._engine_for(b)
         args = (flat, offsets, rows, lens, eng, self._corpus_engine_for(*corpora), at)
-        kernel = self._pooled_corpus_entry
-        if kernel is None:
-            kernel = self._pooled_corpus_entry = entry_point(match_pooled_corpora, *args)
-        kernel(*args)
+        self._entries("pooled_corpora", match_pooled_corpora, args)(*args)
         return self._pool, at, at + b
 
     def match_corpora(self, contexts: Sequence[np.ndarray], keys: Sequence[Hashable] | None,
@@ -132,8 +128,5 @@ class CorpusMatches:
         args = (flat, offsets, rows, lens, keys is None, params, self.trie.packed, self.states,
                 BUCKET_COUNTS, self._buf, pool, cp, cs, w, sel,
                 int(self.config.external_sam_budget), tokens, mask, num)
-        kernel = self._corpus_entry
-        if kernel is None:
-            kernel = self._corpus_entry = entry_point(match_batch_corpora, *args)
-        kernel(*args)
+        self._entries("corpora", match_batch_corpora, args)(*args)
         return tokens, mask, num

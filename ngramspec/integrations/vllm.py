@@ -54,6 +54,8 @@ from ..config.vllm_proposer import default_config, read_vllm_config, resolve_con
 from ..costs.chains import choose_counts, step_ms_row
 from ..drafter import Drafter
 from ._warm import Warming, warm_drafter
+from .._jit import EntryPoints
+from ..engine import kernels
 
 __all__ = ["Proposer", "ENV_CONFIG", "ENV_PRESET", "ENV_COSTS", "default_config",
            "resolve_config", "choose_counts"]
@@ -178,7 +180,7 @@ class Proposer:
         self._rows_known = 0                            # rows of the last call
         self._known = 0                                 # requests among them
         self._auto = self.config.min_expected_accept == "auto"
-        self._entries: dict[tuple[int, ...], tuple[Any, Any]] = {}
+        self._entries = EntryPoints()  # by the types of vLLM's arrays
         # Compiled in the background from now on (vLLM loads its model meanwhile); the first
         # draft waits for what is left.
         self._warming: Warming | None = Warming(self._warm, backend, drafter_costs)
@@ -194,20 +196,19 @@ class Proposer:
         """Compile the drafter's kernels now, not at vLLM's first decode step."""
         warm_drafter(self.config, backend, costs)
         ctx, n = np.ones((2, 40), np.int32), np.full(2, 40, np.int32)  # vLLM's dtypes
+        owner = np.zeros(2, np.int64)
+        self._kernels(ctx, n, np.ones(2, np.int64), owner)
+
+    def _kernels(self, ctx: np.ndarray, n: np.ndarray, emitted: np.ndarray,
+                 owner: np.ndarray) -> tuple[Any, Any]:
+        """The two row kernels as entry points (no per-call typing of the arguments) for the
+        types of vLLM's arrays ``ctx`` and ``n``, which may vary between its versions."""
         key = (ctx.dtype.num, ctx.flags.num, ctx.ndim, n.dtype.num, n.flags.num, n.ndim)
-        self._entries[key] = self._entry_points(ctx, n)
-
-    def _entry_points(self, ctx: np.ndarray, n: np.ndarray) -> tuple[Any, Any]:
-        """The two kernels compiled for these arrays' types, as entry points (no per-call
-        typing of the arguments; the cache in :meth:`draft` is keyed by those types)."""
-        from .._jit import entry_point
-
-        from ..engine.vllm import rows as k  # compiled on first use
-
-        emitted, owner = np.ones(n.size, np.int64), np.zeros(n.size, np.int64)
-        return (entry_point(k.recognise, ctx, n, emitted, 1, owner, owner, self._own_fp, 1,
-                            owner),
-                entry_point(k.remember, ctx, n, owner, 1, owner, owner, self._own_fp))
+        k = kernels("vllm.rows")  # compiled on first use
+        return (self._entries(("recognise", key), k.recognise,
+                              (ctx, n, emitted, 1, owner, owner, self._own_fp, 1, owner)),
+                self._entries(("remember", key), k.remember,
+                              (ctx, n, owner, 1, owner, owner, self._own_fp)))
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to load (vLLM's runner calls this on every drafter that has it)."""
@@ -263,11 +264,7 @@ class Proposer:
             self._grow(b)
         emitted = np.fromiter(map(len, sampled_token_ids), np.int64, b)
         owner = self._owner_new[:b]
-        key = (ctx.dtype.num, ctx.flags.num, ctx.ndim, n.dtype.num, n.flags.num, n.ndim)
-        calls = self._entries.get(key)
-        if calls is None:
-            calls = self._entries[key] = self._entry_points(ctx, n)
-        recognise, remember = calls
+        recognise, remember = self._kernels(ctx, n, emitted, owner)
         matched = recognise(ctx, n, emitted, b, self._owner, self._own_len, self._own_fp,
                             self._rows_known, owner)
         if matched < self._known:  # a request moved to another row, or left

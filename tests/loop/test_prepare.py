@@ -13,6 +13,7 @@ from numpy.testing import assert_array_equal
 import ngramspec as ns
 from ngramspec.errors import UnknownRequestError
 from ngramspec.integrations import sglang as adapter
+from ngramspec.integrations import sglang_hooks
 
 CONFIGS = {
     "recommended": {},
@@ -111,7 +112,7 @@ def test_the_drop_in_prepares_the_noted_prompts(monkeypatch):
     assert corpus._drafter.prepared == ["a"]
     tokens, _ = corpus.batch_get(["a"], [(prompt + [1])[-rec.max_trie_depth:]], [len(prompt) + 1])
     assert tokens[:2].tolist() == [1, 2] and corpus._drafter.prepared == []
-    monkeypatch.setattr(adapter, "NOTED_MAX", 2)
+    monkeypatch.setattr(sglang_hooks, "NOTED_MAX", 2)
     corpus.note_prompts(["c", "d", "e"], [[1], [2], [3]])
     # "a" is in flight and stays noted; of the others the oldest is forgotten
     assert corpus._drafter.prepared == ["d", "e"]

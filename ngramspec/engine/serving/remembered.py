@@ -30,7 +30,7 @@ import numpy as np
 from numba.core import types as _nbtypes
 from numba.experimental import structref as _structref
 
-from ..._jit import entry_point, jit
+from ..._jit import EntryPoints, jit
 from ...config import NgramConfig
 from ..adaptive import adaptive_scratch, choose_cap, draft_tree, layout_prefix, save_creation
 from .replay import _list_append, _list_of, _list_set  # the replay's typed-list kernels
@@ -154,7 +154,7 @@ class Remembered:
         self.wepoch = np.zeros(0, np.int64)
         self.path = np.zeros(depth, np.int32)
         self.need = np.zeros(1, np.int64)
-        self._entries: dict[str, object] = {}
+        self._entries = EntryPoints()  # (the same types at every call: no typing)
         adaptive = config.match_type == "ADAPTIVE"
         if adaptive:
             from ...config.acceptance_table import calibration_array
@@ -254,13 +254,13 @@ class Remembered:
             built = self.build(buf[slot], m, count)
         else:  # (entry points: the types never vary; a server adds many at once)
             args = (built.bundle, buf[slot], m, 0)
-            while self._entry("own_append", own_append, args)(*args) < m:
+            while self._entries("own_append", own_append, args)(*args) < m:
                 built.make_room()
                 args = (built.bundle,) + args[1:]
         self.owns[slot] = built
         if _jit_on():
             args = (self.trie_list, slot, built.bundle)
-            self._entry("list_set", _list_set, args)(*args)
+            self._entries("list_set", _list_set, args)(*args)
         else:
             self.trie_list[slot] = built.bundle
 
@@ -268,12 +268,6 @@ class Remembered:
         """``slot``'s own index stopped short of an append: grow it."""
         self.owns[slot].make_room()
         _set(self.trie_list, slot, self.owns[slot].bundle)
-
-    def _entry(self, name: str, kernel, args: tuple):
-        entry = self._entries.get(name)
-        if entry is None:  # the same types at every call: skip the typing
-            entry = self._entries[name] = entry_point(kernel, *args)
-        return entry
 
     def propose(self, buf: np.ndarray, size: np.ndarray, slots: np.ndarray,
                 shared: TrieArrays, costs: np.ndarray | None, rate: np.ndarray) -> tuple:
@@ -295,7 +289,7 @@ class Remembered:
                 self.state.saved = self.saved
         args = (buf, size, slots, shared.packed, self.state, costs, rate, tokens, mask, num,
                 probs)
-        self._entry("propose", propose_adaptive, args)(*args)
+        self._entries("propose", propose_adaptive, args)(*args)
         return tokens, mask, num, probs
 
     def accept(self, drafts: tuple, emitted: np.ndarray, lens: np.ndarray, store,
@@ -309,7 +303,7 @@ class Remembered:
         args = (tokens, mask, emitted, lens, store.buf, store.size, store.steps, store.nsteps,
                 slots, where, info, before, bundle, self.state, lru)
         # (the arrays are the Drafter's and verification's own, C-ordered: types never vary)
-        self._entry("accept" if bundle is not None else "accept_uncounted", accept_and_count,
+        self._entries("accept" if bundle is not None else "accept_uncounted", accept_and_count,
                     args)(*args)
         while info[0] == ACCEPTED and info[2] != 0:
             want = int(self.need[0])
@@ -319,21 +313,21 @@ class Remembered:
             else:
                 self.make_room(int(info[2]) - 1)
             cargs = (store.buf, store.size, slots, before, shared.packed, self.state, lru)
-            info[2] = self._entry("count", count_step, cargs)(*cargs)
+            info[2] = self._entries("count", count_step, cargs)(*cargs)
 
     def match_insert(self, ctx: np.ndarray, row: int, total: int, eng, at: int,
                      slot: int, lru: np.ndarray) -> bool:
         """:func:`match_insert_one` (False: the shared trie needs ``need[0]`` node slots
         allocated first; nothing was done)."""
         args = (ctx, row, total, eng, at, slot, self.state, lru)
-        return self._entry("match_insert", match_insert_one, args)(*args)
+        return self._entries("match_insert", match_insert_one, args)(*args)
 
     def match_insert_batch(self, flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
                            lens: np.ndarray, eng, at: int, slots: np.ndarray,
                            lru: np.ndarray) -> bool:
         """:func:`match_insert_batch` (False: as :meth:`match_insert`)."""
         args = (flat, offsets, rows, lens, eng, at, slots, self.state, lru)
-        return self._entry("match_insert_batch", match_insert_batch, args)(*args)
+        return self._entries("match_insert_batch", match_insert_batch, args)(*args)
 
     def own(self, slot: int) -> "OwnTrie":
         return OwnTrie(self, slot)
