@@ -228,9 +228,9 @@ def kernel_phases(steps, cfg, batch, repeats):
                     continue
                 be = cache._backend
                 flat, offsets, total = packed
-                _, at = be._engine_for(batch)  # the pool rows a match would write
+                _, at = be.engine_for(batch)  # the pool rows a match would write
                 o_tok, o_mask = (a[at:at + batch] for a in be._pool[:2])
-                args = (stop, flat, offsets, be._rows_of(rids), total, be._params,
+                args = (stop, flat, offsets, be.rows_of(rids), total, be._params,
                         be.trie.packed, be.states, BUCKET_COUNTS, be._buf, o_tok, o_mask)
                 t0 = time.perf_counter_ns()
                 kernel(*args)

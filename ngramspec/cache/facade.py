@@ -12,6 +12,7 @@ from typing import Any, Hashable, Mapping
 
 import numpy as np
 
+from .port import ServingPort
 from .. import _validate as v
 from ..config import NgramConfig
 from ..drafts import DraftBatch
@@ -131,6 +132,9 @@ class NgramCache(BackgroundInserts, CorpusCalls, Saving):
         self._backend = self._make_backend()
         self._corpora = Corpora(config, backend)
         self._init_inserts()
+        #: The serving port: what the drafters serving from this cache may do beyond its
+        #: public calls (:class:`~ngramspec.cache.port.ServingPort`).
+        self.port = ServingPort(self)
 
     def _make_backend(self):
         return backend_class(self._backend_name)(self._config)

@@ -33,12 +33,11 @@ class AcceptSteps:
                         lens: np.ndarray, where: np.ndarray, info: np.ndarray) -> None:
         """``accept_rows`` and the exact counts of the remembered state, in one call (under
         the cache's lock unless only the requests' own tries are written)."""
-        cache, local = self.cache, self.config.local_index
-        if not local and (cache._due or cache._done != cache._queued or cache._errors):
-            cache.synchronize()
-        with nullcontext() if local else cache._lock:
+        port = self._port
+        with nullcontext(port.backend) if self.config.local_index else port.settled() \
+                as backend:
             self._mem.accept((tokens, mask), matrix, lens, self._store, self._pend_slots,
-                             where, info, cache._backend.trie, cache._backend.lru)
+                             where, info, backend.trie, backend.lru)
 
     def _refuse_result(self, emitted: VerifyResult) -> None:
         if self._pend_drafts is None:
@@ -65,7 +64,7 @@ class AcceptSteps:
         before = store.size[slots].tolist() if self._exact and not fast else None
         self._check_and_append(matrix, lens, fast)
         if self._pend_windows is not None:  # 0.5.23: the windows matched, before appending
-            self.cache._insert_packed(*self._pend_windows, wait=True)
+            self._port.insert_packed(*self._pend_windows, wait=True)
         if before is not None:
             self._count(slots.tolist(), before)
         if self._windows and not cfg.stateful:  # 0.5.9: after appending, every request
@@ -75,7 +74,7 @@ class AcceptSteps:
             kernels("serving.steps").gather_tails(store.buf, store.size, slots,
                                                   cfg.insert_length, flat, offsets,
                                                   np.empty(b, np.int64))
-            self.cache._insert_packed(flat, offsets, wait=True)
+            self._port.insert_packed(flat, offsets, wait=True)
         self._clear_pending()
 
     def _from_mapping(self, emitted: Mapping[Any, Any]

@@ -34,12 +34,12 @@ class ProposeSteps:
         ``batch_size`` (with ``costs``): requests in the step's forward, default
         ``len(rids)``.
         """
-        if self.cache._held:  # finished requests: taught once these trees are drafted
+        if self._port.holding:  # finished requests: taught once these trees are drafted
             return self._propose_then_release(rids, batch_size)
         if type(rids) is list and len(rids) == 1 and self._one and not self._pend_keys \
                 and type(rids[0]) in _ID_TYPES and batch_size is None:
             slot = self._slot.get(rids[0])  # a server's batch 1: the fewest interpreter steps
-            if slot is not None and not self.cache._corpora.active:
+            if slot is not None and not self._port.corpora_active:
                 return self._propose_one(rids[0], slot)
         if batch_size is not None and self._costs is None:
             raise ValueError("batch_size= goes with costs= (min_expected_accept='auto')")
@@ -70,11 +70,11 @@ class ProposeSteps:
                 slot_arr = self._one_slot[slots[0]] = np.array(slots, np.int64)
             size = int(store.size[slots[0]])
             flat = store.buf[slots[0], max(0, size - length):size]
-            if self._early and self._mem is not None and not self.cache._corpora.active:
+            if self._early and self._mem is not None and not self._port.corpora_active:
                 # the window inserted in the match's call: no hand-off to the insert thread
                 drafts = self._match_insert(flat, None, keys, size, slot_arr)
                 return self._pend(keys, slot_arr, drafts, None, None)
-            drafts = self.cache._match_one(flat, keys[0], size)
+            drafts = self._port.match_one(flat, keys[0], size)
             offsets = self._offsets1.get(flat.size)
             if offsets is None:
                 offsets = self._offsets1[flat.size] = np.array([0, flat.size], np.int64)
@@ -96,12 +96,12 @@ class ProposeSteps:
             drafts = self.cache.match(ctxs, local=local, costs=self._costs,
                                       batch_size=batch_size)
         elif cfg.stateful and self._early and self._mem is not None and \
-                not self.cache._corpora.active and b <= _FUSED_MAX:
+                not self._port.corpora_active and b <= _FUSED_MAX:
             # the windows inserted in the match's call: no hand-off to the insert thread
             drafts = self._match_insert(flat, offsets, keys, lens, slot_arr)
             flat = None
         elif cfg.stateful:
-            drafts = self.cache._match_packed(flat, offsets, keys, lens)
+            drafts = self._port.match_packed(flat, offsets, keys, lens)
         else:
             drafts = self.cache.match([flat[offsets[i]:offsets[i + 1]] for i in range(b)])
         return self._pend(keys, slot_arr, drafts, flat, offsets)
@@ -110,27 +110,24 @@ class ProposeSteps:
                               ) -> DraftBatch:
         """:meth:`propose` without the cache's held inserts (:meth:`finish`'s counts), which
         are due once the trees are drafted (a refused call leaves them held)."""
-        cache = self.cache
-        held, cache._held = cache._held, []
+        port = self._port
+        held = port.take_held()
         try:
             drafts = self.propose(rids, batch_size=batch_size)
-        finally:
-            cache._held[:0] = held
-        cache._drafted()
+        except BaseException:
+            port.put_back(held)
+            raise
+        port.drafted(held)
         return drafts
 
     def _propose_adaptive(self, slots: np.ndarray, batch_size: int | None) -> DraftBatch:
         """ADAPTIVE trees of these store rows in one compiled call, from the remembered
         state (:mod:`ngramspec.engine.serving.remembered`)."""
-        cache = self.cache
+        port = self._port
         costs = None
         if self._costs is not None:
-            costs = np.array(cache._step_costs(self._costs, batch_size, slots.size),
-                             np.float64)
-        if cache._due or cache._done != cache._queued or cache._errors:
-            cache.synchronize()
-        with cache._lock:
-            backend = cache._backend
+            costs = np.array(port.step_costs(self._costs, batch_size, slots.size), np.float64)
+        with port.settled() as backend:
             out = self._mem.propose(self._store.buf, self._store.size, slots, backend.trie,
                                     costs, backend.auto_rate)
         return DraftBatch._trusted(*out)
@@ -148,17 +145,14 @@ class ProposeSteps:
         if self._adaptive:
             drafts = self._propose_adaptive(slot_arr, None)
         else:
-            store, cache = self._store, self.cache
+            store = self._store
             size = int(store.size[slot])
             ctx = store.buf[slot, max(0, size - self._mlen):size]
-            if cache._due or cache._done != cache._queued or cache._errors:
-                cache.synchronize()
-            with cache._lock:
-                backend = cache._backend
-                eng, at = backend._engine_for(1)
-                if self._mem.match_insert(ctx, backend._row_of(key), size, eng, at, slot,
+            with self._port.settled() as backend:
+                eng, at = backend.engine_for(1)
+                if self._mem.match_insert(ctx, backend.row_of(key), size, eng, at, slot,
                                           backend.lru):
-                    pool = backend._pool
+                    pool = backend.pool
                     drafts = DraftBatch._trusted(pool[0][at:at + 1], pool[1][at:at + 1],
                                                  pool[2][at:at + 1])
             if drafts is None:  # the shared trie grows first
@@ -178,19 +172,16 @@ class ProposeSteps:
         windows in one compiled call (:mod:`ngramspec.engine.serving.remembered`'s
         ``match_insert_one``, or ``match_insert_batch``); ``offsets`` None: one request,
         ``lens`` its total length."""
-        cache, mem = self.cache, self._mem
-        if cache._due or cache._done != cache._queued or cache._errors:
-            cache.synchronize()
+        mem = self._mem
         b = slots.size
-        with cache._lock:
-            backend = cache._backend
-            rows = backend._row_of(keys[0]) if offsets is None else backend._rows_of(keys)
+        with self._port.settled() as backend:
+            rows = backend.row_of(keys[0]) if offsets is None else backend.rows_of(keys)
             while True:
-                eng, at = backend._engine_for(b)
+                eng, at = backend.engine_for(b)
                 if (mem.match_insert(flat, rows, lens, eng, at, int(slots[0]), backend.lru)
                         if offsets is None else mem.match_insert_batch(
                             flat, offsets, rows, lens, eng, at, slots, backend.lru)):
-                    pool = backend._pool  # (its rows as arrays now: no lazy views later)
+                    pool = backend.pool  # (its rows as arrays now: no lazy views later)
                     return DraftBatch._trusted(pool[0][at:at + b], pool[1][at:at + b],
                                                pool[2][at:at + b])
                 t = backend.trie
@@ -208,7 +199,7 @@ class ProposeSteps:
         windows = None
         if self._windows and self.config.stateful and flat is not None:
             if self._early:  # inserted while the caller's forward runs
-                self.cache._insert_packed(flat, offsets, wait=False)
+                self._port.insert_packed(flat, offsets, wait=False)
             else:
                 windows = (flat, offsets)
         self._pend_keys = keys

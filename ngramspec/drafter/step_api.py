@@ -150,6 +150,7 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         # accept_rows' entry point: its arguments' types never vary (C-ordered arrays this
         # drafter or verification made), so their typing is skipped after the first call
         self._entries = EntryPoints()
+        self._port = self.cache.port  # what a drafter may do beyond the cache's public calls
         self._slot: dict[Hashable, int] = {}  # request id -> store row, in order of arrival
         from ..engine.serving.request_store import RequestStore  # (no Numba until a kernel runs)
 
@@ -163,12 +164,14 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
         # The compiled replay's per-slot memory (engine.remembered) on the Numba backend, for
         # the exact counts and ADAPTIVE drafts of profile sglang-0.5.23.
         self._mem = None
-        if cfg.profile == "sglang-0.5.23" and self.cache._backend_name == "numba":
+        # (on another backend the same drafts through the cache's public calls, slower:
+        # cache.port.why_not_compiled says why)
+        if cfg.profile == "sglang-0.5.23" and self._port.compiled:
             from ..engine.serving.remembered import Remembered
 
             self._mem = Remembered(cfg, self._store.size.size, self._costs is not None)
             if cache is None:  # its own trie: the LRU order as stamps until it could evict
-                self.cache._backend.keep_stamps()
+                self._port.backend.keep_stamps()
         # batch 1 straight to one compiled call (_propose_one): SGLang's match with early
         # inserts, or the remembered ADAPTIVE drafts without SGLang's windows
         self._one = self._mem is not None and (self._plain and self._early or
@@ -285,7 +288,7 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
                 shared_seqs.append(seq)
                 shared_from.append(start - lo)
         if shared_seqs:
-            self.cache._insert_packed(
+            self._port.insert_packed(
                 np.concatenate(shared_seqs),
                 np.fromiter(accumulate(map(len, shared_seqs), initial=0), np.int64,
                             len(shared_seqs) + 1),
@@ -472,7 +475,7 @@ class Drafter(PrepareSteps, ProposeSteps, AcceptSteps):
             size = int(self._store.size[slot])
             if start < size:
                 lo = max(0, start - cfg.trie_depth + 1)
-                self.cache._hold(self._store.buf[slot, lo:size].copy(),
+                self._port.hold(self._store.buf[slot, lo:size].copy(),
                                  np.array([0, size - lo], np.int64),
                                  np.array([start - lo], np.int64))
         del self._slot[key]

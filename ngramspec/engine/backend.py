@@ -106,12 +106,12 @@ class EngineBackend(CorpusMatches):
         self._rows[key] = row
         return row
 
-    def _row_of(self, key: Hashable) -> int:
+    def row_of(self, key: Hashable) -> int:
         """The state row of ``key`` (a new one for an unknown id)."""
         row = self._rows.get(key)
         return self._new_row(key) if row is None else row
 
-    def _rows_of(self, keys: Sequence[Hashable]) -> np.ndarray:
+    def rows_of(self, keys: Sequence[Hashable]) -> np.ndarray:
         """State rows of ``keys`` (new ones for unknown ids); the last batch's rows are reused
         when the same ids come again (nothing erased or reset since: that clears the cache)."""
         last = self._last_keys
@@ -243,12 +243,17 @@ class EngineBackend(CorpusMatches):
         if keys is None:
             rows = np.zeros(b, np.int64)
             return rows, rows
-        rows = self._rows_of(keys)
+        rows = self.rows_of(keys)
         lens = (total_lens if type(total_lens) is np.ndarray and total_lens.dtype is _I64
                 else np.asarray(total_lens, np.int64))
         return rows, plain(lens)
 
-    def _engine_for(self, b: int) -> tuple:
+    @property
+    def pool(self) -> tuple:
+        """The output pool (tokens, mask, num) that :meth:`engine_for`'s rows are in."""
+        return self._pool
+
+    def engine_for(self, b: int) -> tuple:
         """The :class:`Engine` for a stateful match of ``b`` requests, and the first of the
         ``b`` pool rows it writes (taken now)."""
         at = self._pool_at
@@ -273,9 +278,9 @@ class EngineBackend(CorpusMatches):
         """Profile ``sglang-0.5.23``: the drafts of one request (``ctx`` an int32 array, its
         id, its total length) as ``(pool, row)``: they are row ``row`` of the three arrays
         ``pool`` (tokens, mask, num), which no later call writes."""
-        row = self._row_of(key)
+        row = self.row_of(key)
         ctx = plain(ctx)
-        eng, at = self._engine_for(1)
+        eng, at = self.engine_for(1)
         args = (ctx, row, total, False, eng, at)
         self._entries("one", match_one, args)(*args)
         return self._pool, at
@@ -284,12 +289,12 @@ class EngineBackend(CorpusMatches):
                      total_lens: np.ndarray) -> tuple[tuple, int, int]:
         """:meth:`match_pooled` of a batch already packed (``flat`` int32 tokens, ``offsets``
         int64) with request ids ``keys`` and int64 ``total_lens``."""
-        return self._run_pooled(flat, offsets, self._rows_of(keys), total_lens, False)
+        return self._run_pooled(flat, offsets, self.rows_of(keys), total_lens, False)
 
     def _run_pooled(self, flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
                     lens: np.ndarray, stateless: bool) -> tuple[tuple, int, int]:
         b = offsets.size - 1
-        eng, at = self._engine_for(b)
+        eng, at = self.engine_for(b)
         args = (flat, offsets, rows, lens, stateless, eng, at)
         self._entries("pooled", match_pooled, args)(*args)
         return self._pool, at, at + b

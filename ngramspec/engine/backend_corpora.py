@@ -41,7 +41,7 @@ def plain(a: np.ndarray) -> np.ndarray:
 class CorpusMatches:
     """:class:`~ngramspec.engine.backend.EngineBackend`'s matches with external corpora (it
     provides the trie, the match states, the pools, the entry-point slots and
-    ``_engine_for``/``_row_of``/``_rows_of``/``_rows_and_lens``)."""
+    ``engine_for``/``row_of``/``rows_of``/``_rows_and_lens``)."""
 
     def _corpus_engine_for(self, budget: int, pool: tuple, cp: tuple, cs: tuple,
                            walks: list) -> Any:
@@ -68,7 +68,7 @@ class CorpusMatches:
         offsets = self._one_offsets
         offsets[1] = ctx.size
         one = self._one_row_len
-        one[0, 0] = self._row_of(key)
+        one[0, 0] = self.row_of(key)
         one[1, 0] = total
         pool_, at, _ = self._run_pooled_corpora(ctx, offsets, one[0], one[1],
                                                 (budget, pool, cp, cs, walks))
@@ -79,7 +79,7 @@ class CorpusMatches:
                              cs: tuple, walks: list) -> tuple[tuple, int, int]:
         """:meth:`match_packed` with external corpora, every corpus drawn from (arguments from
         ``budget`` on as :meth:`match_corpora` takes them)."""
-        return self._run_pooled_corpora(plain(flat), offsets, self._rows_of(keys), total_lens,
+        return self._run_pooled_corpora(plain(flat), offsets, self.rows_of(keys), total_lens,
                                         (budget, pool, cp, cs, walks))
 
     def _run_pooled_corpora(self, flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
@@ -87,7 +87,7 @@ class CorpusMatches:
         """:func:`match_pooled_corpora` into the next pool rows (``corpora``: ``(budget, pool,
         cp, cs, walks)``, after the rows are taken: the walks grow with the match states)."""
         b = offsets.size - 1
-        eng, at = self._engine_for(b)
+        eng, at = self.engine_for(b)
         args = (flat, offsets, rows, lens, eng, self._corpus_engine_for(*corpora), at)
         self._entries("pooled_corpora", match_pooled_corpora, args)(*args)
         return self._pool, at, at + b

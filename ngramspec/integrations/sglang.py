@@ -145,7 +145,7 @@ class NgramCorpus(WorkerHooks):
             # Finished requests' counts are queued for the insert thread at batch_put, where
             # SGLang queues its own inserts (waking the thread inside batch_get would share
             # the serving thread's core with it while the worker waits for the drafts).
-            self._cache._defer = True
+            self._cache.port.defer_due()
         # Compiled in the background from now on (a server loads its model meanwhile); the
         # first call that runs a kernel waits for what is left.
         self._warming = (Warming(warm_corpus, NgramCorpus, cfg, backend, costs)
@@ -186,13 +186,13 @@ class NgramCorpus(WorkerHooks):
         inserts what the requests emitted at the next ``batch_get``: nothing is done here."""
         self._ready()
         if not self._exact:
-            self._cache._release_due()
+            self._cache.port.release_due()
             return
         packed = pack_windows(batch_tokens)
         if packed is None:  # anything unusual: the cache's checked path (and its errors)
             self._cache.insert(batch_tokens, wait=False)
         else:
-            self._cache._insert_packed(*packed, wait=False)
+            self._cache.port.insert_packed(*packed, wait=False)
 
     def synchronize(self) -> None:
         """Wait until every window queued by ``batch_put`` is in the trie (beyond SGLang: the
@@ -202,8 +202,8 @@ class NgramCorpus(WorkerHooks):
         if self._exact:
             self._cache.synchronize()
             return
-        self._cache._release_due()
-        self._cache._wait_queued()
+        self._cache.port.release_due()
+        self._cache.port.wait_queued()
 
     def batch_get(self, req_ids: Sequence[Hashable], batch_tokens: Sequence[Sequence[int]],
                   total_lens: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -94,7 +94,7 @@ class NgramCache:
         if packed is None:
             self._cache.insert(batch_tokens, wait=False)
         else:
-            self._cache._insert_packed(*packed, wait=False)
+            self._cache.port.insert_packed(*packed, wait=False)
 
     def synchronize(self) -> None:
         """Wait until every queued window is in the trie."""

@@ -318,3 +318,16 @@ def test_len_contains_and_prepare_many():
         ready.prepare_many(["a"], [[1, 2]])
     ready.finish("a")
     assert len(ready) == 1 and "a" not in ready
+
+
+def test_the_serving_port_says_why_a_backend_serves_uncompiled():
+    fast = ns.NgramCache(config=ns.NgramConfig.recommended())
+    slow = ns.NgramCache(config=ns.NgramConfig.recommended(), backend="reference")
+    assert fast.port.compiled and fast.port.why_not_compiled is None
+    assert not slow.port.compiled
+    assert "backend 'reference'" in slow.port.why_not_compiled
+    with fast.port.settled() as backend:  # the queued inserts applied, the lock held
+        assert backend is fast.port.backend
+        assert not fast._lock.acquire(blocking=False)
+    assert fast._lock.acquire(blocking=False)
+    fast._lock.release()
