@@ -230,10 +230,10 @@ class EntryPoints:
     the types of ``args``, later asks return that entry point with no typing at all.
 
     For callers whose argument types never vary.  Where arrays come from a user (a view, a
-    wider dtype), :meth:`guarded` checks each top-level array argument against the dtype,
-    dimensions and C order the entry point was made for, and returns the kernel itself (typed
-    per call) when one differs: an entry point reads what it gets as the types it was
-    compiled for, so a strided view would be misread.
+    wider dtype), :meth:`guarded` checks those arguments against the dtype, dimensions and C
+    order the entry point was made for, and returns the kernel itself (typed per call) when
+    one differs: an entry point reads what it gets as the types it was compiled for, so a
+    strided view would be misread.
 
     Examples
     --------
@@ -244,7 +244,7 @@ class EntryPoints:
     >>> a = np.arange(6, dtype=np.int64)
     >>> int(points("total", total, (a,))(a))
     15
-    >>> int(points.guarded("total", total, (a[::2],))(a[::2]))  # a view: typed per call
+    >>> int(points.guarded("total", total, (a[::2],), (0,))(a[::2]))  # a view: typed per call
     6
     """
 
@@ -264,16 +264,21 @@ class EntryPoints:
             self._kinds[name] = _array_kinds(args)
         return entry
 
-    def guarded(self, name: Hashable, kernel: Any, args: tuple) -> Any:
-        """:meth:`__call__`, or ``kernel`` where an array argument is not of the kind the
-        entry point was made for (or the first call's would not be C-ordered)."""
+    def guarded(self, name: Hashable, kernel: Any, args: tuple, user: tuple[int, ...]
+                ) -> Any:
+        """:meth:`__call__`, or ``kernel`` where one of the arrays ``args[i]`` for ``i`` in
+        ``user`` (the arguments a user may pass in any form; the others never vary) is not of
+        the kind the entry point was made for, or is not C-ordered."""
         kinds = self._kinds.get(name)
-        now = _array_kinds(args)
         if kinds is None:
-            if any(not c for _, _, _, c in now):
+            if all(args[i].flags.c_contiguous for i in user):
+                return self(name, kernel, args)
+            return kernel
+        for i in user:
+            a, (dtype, ndim) = args[i], kinds[i]
+            if a.dtype is not dtype or not a.flags.c_contiguous or a.ndim != ndim:
                 return kernel
-            return self(name, kernel, args)
-        return self._got[name] if now == kinds else kernel
+        return self._got[name]
 
     def forget(self, name: Hashable) -> None:
         """Forget ``name``'s entry point (its arguments' types may change)."""
@@ -281,9 +286,8 @@ class EntryPoints:
         self._kinds.pop(name, None)
 
 
-def _array_kinds(args: tuple) -> tuple:
-    return tuple((i, a.dtype, a.ndim, a.flags.c_contiguous) for i, a in enumerate(args)
-                 if type(a) is np.ndarray)
+def _array_kinds(args: tuple) -> dict:
+    return {i: (a.dtype, a.ndim) for i, a in enumerate(args) if type(a) is np.ndarray}
 
 
 class CompileFreeClock:

@@ -108,7 +108,7 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     # the usual types (C-ordered int32 tokens and bool masks) take the entry point; views of
     # a DraftBatch's arrays, say, are typed per call
     args = (tokens, mask, pred, accept_index, accept_lens, out)
-    bad = _ENTRIES.guarded("walk", kernels("serving.steps").greedy_walk, args)(*args)
+    bad = _ENTRIES.guarded("walk", _kernel("greedy_walk"), args, (0, 1))(*args)
     if bad >= 0:  # (the range is checked in the walk: one pass less)
         raise v.int32_range_error("target_predict", pred.min(), pred.max())
     return VerifyResult._compiled(accept_index, accept_lens, out)
@@ -153,6 +153,15 @@ def _is_torch(x) -> bool:
 
 _INT64 = np.dtype(np.int64)
 _ENTRIES = EntryPoints()  # greedy_walk's, made at the first call of the usual types
+_KERNELS: dict = {}
+
+
+def _kernel(name: str):
+    """The step kernel ``name`` (its module imported at the first call: no Numba before)."""
+    k = _KERNELS.get(name)
+    if k is None:
+        k = _KERNELS[name] = getattr(kernels("serving.steps"), name)
+    return k
 
 
 def _check_drafts(drafts) -> None:
