@@ -22,8 +22,6 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Hashable, Iterator
 
-import numpy as np
-
 __all__ = ["jit", "jit_inline", "entry_point", "EntryPoints", "compile_free_clock", "OPTIONS"]
 
 # Serial kernels: cached on disk, and free of the GIL so that caches in other threads run.
@@ -229,11 +227,10 @@ class EntryPoints:
     asks it for ``(name, kernel, args)``; the first ask compiles or looks up the kernel for
     the types of ``args``, later asks return that entry point with no typing at all.
 
-    For callers whose argument types never vary.  Where arrays come from a user (a view, a
-    wider dtype), :meth:`guarded` checks those arguments against the dtype, dimensions and C
-    order the entry point was made for, and returns the kernel itself (typed per call) when
-    one differs: an entry point reads what it gets as the types it was compiled for, so a
-    strided view would be misread.
+    For callers whose argument types never vary: an entry point reads what it gets as the
+    types it was compiled for (a strided view, say, would be misread).  Where arrays come from
+    a user, the caller checks first that they are of the usual kind (dtype, rank, C order)
+    and calls the kernel itself, typed per call, for anything else (``verify_greedy`` does).
 
     Examples
     --------
@@ -244,15 +241,14 @@ class EntryPoints:
     >>> a = np.arange(6, dtype=np.int64)
     >>> int(points("total", total, (a,))(a))
     15
-    >>> int(points.guarded("total", total, (a[::2],), (0,))(a[::2]))  # a view: typed per call
-    6
+    >>> len(points)
+    1
     """
 
-    __slots__ = ("_got", "_kinds")
+    __slots__ = ("_got",)
 
     def __init__(self) -> None:
         self._got: dict[Hashable, Any] = {}
-        self._kinds: dict[Hashable, tuple] = {}
 
     def __len__(self) -> int:
         return len(self._got)
@@ -261,33 +257,11 @@ class EntryPoints:
         entry = self._got.get(name)
         if entry is None:
             entry = self._got[name] = entry_point(kernel, *args)
-            self._kinds[name] = _array_kinds(args)
         return entry
-
-    def guarded(self, name: Hashable, kernel: Any, args: tuple, user: tuple[int, ...]
-                ) -> Any:
-        """:meth:`__call__`, or ``kernel`` where one of the arrays ``args[i]`` for ``i`` in
-        ``user`` (the arguments a user may pass in any form; the others never vary) is not of
-        the kind the entry point was made for, or is not C-ordered."""
-        kinds = self._kinds.get(name)
-        if kinds is None:
-            if all(args[i].flags.c_contiguous for i in user):
-                return self(name, kernel, args)
-            return kernel
-        for i in user:
-            a, (dtype, ndim) = args[i], kinds[i]
-            if a.dtype is not dtype or not a.flags.c_contiguous or a.ndim != ndim:
-                return kernel
-        return self._got[name]
 
     def forget(self, name: Hashable) -> None:
         """Forget ``name``'s entry point (its arguments' types may change)."""
         self._got.pop(name, None)
-        self._kinds.pop(name, None)
-
-
-def _array_kinds(args: tuple) -> dict:
-    return {i: (a.dtype, a.ndim) for i, a in enumerate(args) if type(a) is np.ndarray}
 
 
 class CompileFreeClock:

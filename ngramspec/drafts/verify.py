@@ -105,10 +105,12 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     accept_index = np.empty((b, n), np.int32)
     accept_lens = np.empty(b, np.int32)
     out = np.zeros((b, n), np.int32)  # rows 0-padded: Drafter.accept checks them in one pass
-    # the usual types (C-ordered int32 tokens and bool masks) take the entry point; views of
-    # a DraftBatch's arrays, say, are typed per call
-    args = (tokens, mask, pred, accept_index, accept_lens, out)
-    bad = _ENTRIES.guarded("walk", _kernel("greedy_walk"), args, (0, 1))(*args)
+    walk = _kernel("greedy_walk")
+    if tokens.dtype is _INT32 and mask.dtype is _BOOL and tokens.flags.c_contiguous and \
+            mask.flags.c_contiguous:  # the usual types: the entry point, no typing per call
+        walk = _ENTRIES("walk", walk, (tokens, mask, pred, accept_index, accept_lens, out))
+    # (else views of a DraftBatch's arrays, say: typed per call)
+    bad = walk(tokens, mask, pred, accept_index, accept_lens, out)
     if bad >= 0:  # (the range is checked in the walk: one pass less)
         raise v.int32_range_error("target_predict", pred.min(), pred.max())
     return VerifyResult._compiled(accept_index, accept_lens, out)
@@ -151,7 +153,7 @@ def _is_torch(x) -> bool:
         hasattr(x, "cpu")
 
 
-_INT64 = np.dtype(np.int64)
+_INT64, _INT32, _BOOL = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_)
 _ENTRIES = EntryPoints()  # greedy_walk's, made at the first call of the usual types
 _KERNELS: dict = {}
 
