@@ -105,7 +105,7 @@ def verify_greedy(drafts: DraftBatch, target_predict) -> VerifyResult:
     accept_index = np.empty((b, n), np.int32)
     accept_lens = np.empty(b, np.int32)
     out = np.zeros((b, n), np.int32)  # rows 0-padded: Drafter.accept checks them in one pass
-    walk = _kernel("greedy_walk")
+    walk = kernels("serving.steps").greedy_walk
     if tokens.dtype is _INT32 and mask.dtype is _BOOL and tokens.flags.c_contiguous and \
             mask.flags.c_contiguous:  # the usual types: the entry point, no typing per call
         walk = _ENTRIES("walk", walk, (tokens, mask, pred, accept_index, accept_lens, out))
@@ -155,15 +155,6 @@ def _is_torch(x) -> bool:
 
 _INT64, _INT32, _BOOL = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.bool_)
 _ENTRIES = EntryPoints()  # greedy_walk's, made at the first call of the usual types
-_KERNELS: dict = {}
-
-
-def _kernel(name: str):
-    """The step kernel ``name`` (its module imported at the first call: no Numba before)."""
-    k = _KERNELS.get(name)
-    if k is None:
-        k = _KERNELS[name] = getattr(kernels("serving.steps"), name)
-    return k
 
 
 def _check_drafts(drafts) -> None:
